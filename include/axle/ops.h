@@ -1,0 +1,151 @@
+// Tensor operations. Every function here runs on any device: on `cpu` at once,
+// on `xla` traced into the step graph. Each records its vjp for autograd.
+// The op table behind them is src/ops/ops.def.
+#pragma once
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "axle/tensor.h"
+
+namespace axle {
+
+class Generator;
+
+// ---- unary elementwise ----
+Tensor neg(const Tensor& x);
+Tensor exp(const Tensor& x);
+Tensor log(const Tensor& x);
+Tensor sqrt(const Tensor& x);
+Tensor rsqrt(const Tensor& x);
+Tensor abs(const Tensor& x);
+Tensor relu(const Tensor& x);
+/// Exact (erf) GELU, as torch.nn.GELU().
+Tensor gelu(const Tensor& x);
+Tensor sigmoid(const Tensor& x);
+Tensor tanh(const Tensor& x);
+Tensor square(const Tensor& x);
+
+// ---- binary elementwise, with broadcasting ----
+Tensor add(const Tensor& a, const Tensor& b);
+Tensor sub(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, const Tensor& b);
+Tensor pow(const Tensor& a, const Tensor& b);
+Tensor pow(const Tensor& a, double exponent);
+Tensor maximum(const Tensor& a, const Tensor& b);
+Tensor minimum(const Tensor& a, const Tensor& b);
+Tensor eq(const Tensor& a, const Tensor& b);
+Tensor ne(const Tensor& a, const Tensor& b);
+Tensor lt(const Tensor& a, const Tensor& b);
+Tensor le(const Tensor& a, const Tensor& b);
+Tensor gt(const Tensor& a, const Tensor& b);
+Tensor ge(const Tensor& a, const Tensor& b);
+/// Scalar forms: the scalar takes the tensor's dtype (float32 if the tensor is integral and the scalar is not).
+Tensor add(const Tensor& a, double b);
+Tensor sub(const Tensor& a, double b);
+Tensor mul(const Tensor& a, double b);
+Tensor div(const Tensor& a, double b);
+Tensor eq(const Tensor& a, double b);
+Tensor ne(const Tensor& a, double b);
+Tensor lt(const Tensor& a, double b);
+Tensor le(const Tensor& a, double b);
+Tensor gt(const Tensor& a, double b);
+Tensor ge(const Tensor& a, double b);
+/// cond ? a : b, elementwise with broadcasting; cond is bool.
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+/// Converts to another dtype.
+Tensor cast(const Tensor& x, DType t);
+
+// ---- reductions; empty `dims` means all dimensions ----
+Tensor sum(const Tensor& x, const Shape& dims = {}, bool keepdim = false);
+Tensor mean(const Tensor& x, const Shape& dims = {}, bool keepdim = false);
+/// Largest / smallest value over `dims` (no indices).
+Tensor amax(const Tensor& x, const Shape& dims = {}, bool keepdim = false);
+Tensor amin(const Tensor& x, const Shape& dims = {}, bool keepdim = false);
+/// Max of all elements.
+Tensor max(const Tensor& x);
+Tensor min(const Tensor& x);
+/// (values, indices) along `dim`; the gradient flows to the selected index.
+std::pair<Tensor, Tensor> max(const Tensor& x, int64_t dim, bool keepdim = false);
+std::pair<Tensor, Tensor> min(const Tensor& x, int64_t dim, bool keepdim = false);
+/// Index of the first maximum along `dim` (int64).
+Tensor argmax(const Tensor& x, int64_t dim, bool keepdim = false);
+Tensor argmin(const Tensor& x, int64_t dim, bool keepdim = false);
+Tensor logsumexp(const Tensor& x, const Shape& dims, bool keepdim = false);
+/// Variance with Bessel's `correction` (1 = unbiased, as torch.var).
+Tensor var(const Tensor& x, const Shape& dims = {}, int64_t correction = 1, bool keepdim = false);
+
+// ---- shape and indexing ----
+/// A view when the strides allow it, else a copy.
+Tensor reshape(const Tensor& x, const Shape& shape);
+/// Like reshape but must be a view (throws otherwise). One dimension may be -1.
+Tensor view(const Tensor& x, const Shape& shape);
+Tensor permute(const Tensor& x, const Shape& dims);
+Tensor transpose(const Tensor& x, int64_t d0, int64_t d1);
+/// Broadcasts size-1 dims to `shape` (a view; -1 keeps a size).
+Tensor expand(const Tensor& x, const Shape& shape);
+Tensor squeeze(const Tensor& x, int64_t dim);
+Tensor squeeze(const Tensor& x);
+Tensor unsqueeze(const Tensor& x, int64_t dim);
+Tensor flatten(const Tensor& x, int64_t start = 0, int64_t end = -1);
+/// Elements start, start+step, ... < end along `dim` (a view).
+Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t step = 1);
+Tensor narrow(const Tensor& x, int64_t dim, int64_t start, int64_t length);
+Tensor cat(const std::vector<Tensor>& xs, int64_t dim = 0);
+Tensor stack(const std::vector<Tensor>& xs, int64_t dim = 0);
+/// Rows of `x` along `dim` picked by the 1-D int64 `index`.
+Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);
+/// out[i][j] = x[index[i][j]][j] for dim 0 (torch.gather).
+Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);
+
+// ---- linear algebra ----
+/// Matrix product with batch broadcasting (torch.matmul rules for >= 1-D operands).
+Tensor matmul(const Tensor& a, const Tensor& b);
+/// x @ w^T + b for x [..., in], w [out, in], b [out] (optional).
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b = {});
+
+// ---- convolution and pooling (NCHW) ----
+struct Conv2dOptions {
+  std::vector<int64_t> stride{1, 1}, padding{0, 0}, dilation{1, 1};
+  int64_t groups = 1;
+};
+/// x [N, C, H, W], w [O, C/groups, kh, kw], b [O] (optional).
+Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b = {}, const Conv2dOptions& o = {});
+struct Pool2dOptions {
+  std::vector<int64_t> kernel{2, 2};
+  std::vector<int64_t> stride{};  ///< empty: equal to kernel
+  std::vector<int64_t> padding{0, 0};
+  bool count_include_pad = true;  ///< avg_pool2d only
+};
+Tensor max_pool2d(const Tensor& x, const Pool2dOptions& o = {});
+Tensor avg_pool2d(const Tensor& x, const Pool2dOptions& o = {});
+Tensor adaptive_avg_pool2d(const Tensor& x, const std::vector<int64_t>& output_size);
+
+// ---- normalization, activations, losses ----
+/// In training mode uses batch statistics and updates running_mean / running_var
+/// in place (momentum as PyTorch, unbiased running variance); in eval mode uses them.
+Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
+                  const Tensor& running_var, bool training, double momentum = 0.1, double eps = 1e-5);
+Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = {},
+                  const Tensor& bias = {}, double eps = 1e-5);
+/// Zeroes each element with probability p and scales the rest by 1/(1-p) when training.
+Tensor dropout(const Tensor& x, double p, bool training, Generator* gen = nullptr);
+Tensor softmax(const Tensor& x, int64_t dim);
+Tensor log_softmax(const Tensor& x, int64_t dim);
+
+enum class Reduction { None, Mean, Sum };
+struct CrossEntropyOptions {
+  Reduction reduction = Reduction::Mean;
+  int64_t ignore_index = -100;
+  double label_smoothing = 0.0;
+};
+/// logits [N, C] (or [N, C, d...]), target int64 class indices [N] ([N, d...]).
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& o = {});
+Tensor nll_loss(const Tensor& log_probs, const Tensor& target, Reduction r = Reduction::Mean,
+                int64_t ignore_index = -100);
+Tensor mse_loss(const Tensor& a, const Tensor& b, Reduction r = Reduction::Mean);
+/// Rows of `weight` [num, dim] picked by integer `indices` of any shape: [..., dim].
+Tensor embedding(const Tensor& weight, const Tensor& indices);
+
+}  // namespace axle

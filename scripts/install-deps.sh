@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs exactly the Debian packages axle needs to build, test and train.
+# Idempotent: apt-get runs only when something is missing.
+set -euo pipefail
+PKGS=(
+  cmake ninja-build g++ make pkg-config
+  libdnnl-dev          # oneDNN: matmul, conv, pooling kernels
+  libgloo-dev          # CPU collectives (multi-process training)
+  dataset-fashion-mnist zlib1g-dev
+  nlohmann-json3-dev libcli11-dev libfmt-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+)
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then exit 0; fi
+echo "install-deps: installing ${missing[*]}" >&2
+SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

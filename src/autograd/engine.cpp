@@ -1,0 +1,109 @@
+// The backward engine: topological order over the grad_fn graph, gradients summed per input.
+#include <unordered_map>
+
+#include "axle/autograd.h"
+#include "axle/ops.h"
+#include "autograd/node.h"
+
+namespace axle::autograd {
+
+Edge gradient_edge(const Tensor& t) {
+  TensorImpl* impl = t.impl();
+  if (!impl->autograd || !impl->autograd->requires_grad) return {};
+  AutogradMeta& m = *impl->autograd;
+  if (m.grad_fn) return {m.grad_fn, m.output_nr};
+  if (!m.accumulator) {
+    auto acc = std::make_shared<AccumulateGrad>();
+    acc->leaf = t.impl_ptr();
+    m.accumulator = acc;
+  }
+  return {m.accumulator, 0};
+}
+
+ops::Tensors OpNode::apply(ops::Tensors&& grads) {
+  AXLE_CHECK(!released, "[backward] tried to run backward through the graph a second time (at ",
+             ops::op_name(kind), "); its saved tensors were freed after the first backward()");
+  ops::VjpArgs v{in, out, grads, attrs, needs};
+  ops::Tensors g = ops::op_def(kind).vjp(v);
+  AXLE_CHECK(g.size() == in.size(), "[backward] internal: vjp of ", ops::op_name(kind), " returned ", g.size(),
+             " gradients for ", in.size(), " inputs");
+  for (size_t i = 0; i < g.size(); ++i) {
+    if (!needs[i]) { g[i] = Tensor(); continue; }
+    if (g[i].defined() && g[i].shape() != in[i].shape())
+      AXLE_FAIL("[backward] internal: vjp of ", ops::op_name(kind), " gave a gradient of shape ",
+                shape_str(g[i].shape()), " for input ", i, " of shape ", shape_str(in[i].shape()));
+  }
+  released = true;
+  in.clear();
+  out.clear();
+  return g;
+}
+
+std::string OpNode::name() const { return std::string(ops::op_name(kind)) + "Backward"; }
+
+ops::Tensors AccumulateGrad::apply(ops::Tensors&& grads) {
+  auto t = leaf.lock();
+  if (!t || !grads[0].defined()) return {};
+  AutogradMeta& m = t->meta();
+  Tensor g = grads[0].contiguous();
+  if (g.dtype() != t->dtype) g = g.to(t->dtype);
+  // Never modify a gradient in place: it may alias another tensor's.
+  m.grad = m.grad.defined() ? add(m.grad, g) : g;
+  return {};
+}
+
+void run_backward(const Tensor& root, const Tensor& grad) {
+  NoGradGuard no_grad;
+  Edge start = gradient_edge(root);
+  if (!start.fn) return;
+  // Count, for each node, how many edges lead into it.
+  std::unordered_map<Node*, int> deps;
+  std::vector<std::shared_ptr<Node>> all{start.fn};
+  std::vector<Node*> stack{start.fn.get()};
+  deps[start.fn.get()] = 0;
+  while (!stack.empty()) {
+    Node* n = stack.back();
+    stack.pop_back();
+    for (const Edge& e : n->next) {
+      if (!e.fn) continue;
+      auto [it, fresh] = deps.try_emplace(e.fn.get(), 0);
+      ++it->second;
+      if (fresh) {
+        all.push_back(e.fn);
+        stack.push_back(e.fn.get());
+      }
+    }
+  }
+  std::unordered_map<Node*, ops::Tensors> buffers;
+  buffers[start.fn.get()].resize(size_t(start.fn->num_outputs));
+  buffers[start.fn.get()][size_t(start.index)] = grad;
+  std::vector<Node*> ready{start.fn.get()};
+  while (!ready.empty()) {
+    Node* n = ready.back();
+    ready.pop_back();
+    ops::Tensors in_grads;
+    if (auto it = buffers.find(n); it != buffers.end()) {
+      in_grads = std::move(it->second);
+      buffers.erase(it);
+    }
+    in_grads.resize(size_t(n->num_outputs));
+    bool any = false;
+    for (const Tensor& g : in_grads) any = any || g.defined();
+    // A node no gradient reached still runs its bookkeeping so its inputs' counts fall.
+    ops::Tensors out = any ? n->apply(std::move(in_grads)) : ops::Tensors();
+    for (size_t i = 0; i < n->next.size(); ++i) {
+      const Edge& e = n->next[i];
+      if (!e.fn) continue;
+      Node* m = e.fn.get();
+      if (i < out.size() && out[i].defined()) {
+        ops::Tensors& buf = buffers[m];
+        buf.resize(size_t(m->num_outputs));
+        Tensor& slot = buf[size_t(e.index)];
+        slot = slot.defined() ? add(slot, out[i]) : out[i];
+      }
+      if (--deps[m] == 0) ready.push_back(m);
+    }
+  }
+}
+
+}  // namespace axle::autograd

@@ -1,0 +1,49 @@
+// The autograd graph: each op output that requires grad points at the Node that made it.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ops/op.h"
+
+namespace axle::autograd {
+
+struct Node;
+struct Edge {
+  std::shared_ptr<Node> fn;
+  int index = 0;  ///< which output of fn this gradient belongs to
+};
+
+struct Node {
+  virtual ~Node() = default;
+  /// grads: one per output of this node. Returns one gradient per `next` edge.
+  virtual ops::Tensors apply(ops::Tensors&& grads) = 0;
+  virtual std::string name() const = 0;
+  std::vector<Edge> next;  ///< one per input (fn null where no gradient is needed)
+  int num_outputs = 1;
+};
+
+/// A recorded op: its vjp runs in backward, then saved tensors are released.
+struct OpNode final : Node {
+  ops::OpKind kind;
+  ops::Attrs attrs;
+  ops::Tensors in, out;
+  std::vector<bool> needs;
+  bool released = false;
+  ops::Tensors apply(ops::Tensors&& grads) override;
+  std::string name() const override;
+};
+
+/// Sink for a leaf: adds the incoming gradient to leaf.grad().
+struct AccumulateGrad final : Node {
+  std::weak_ptr<TensorImpl> leaf;
+  ops::Tensors apply(ops::Tensors&& grads) override;
+  std::string name() const override { return "AccumulateGrad"; }
+};
+
+/// The edge a gradient for `t` should flow into (empty if t needs none).
+Edge gradient_edge(const Tensor& t);
+/// Runs backward from `root` with seed gradient `grad`.
+void run_backward(const Tensor& root, const Tensor& grad);
+
+}  // namespace axle::autograd

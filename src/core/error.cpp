@@ -1,0 +1,5 @@
+#include "axle/error.h"
+
+namespace axle::detail {
+void throw_error(std::string msg) { throw Error(std::move(msg)); }
+}  // namespace axle::detail

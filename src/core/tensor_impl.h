@@ -1,0 +1,55 @@
+// Internal layout of a tensor. Only src/ sees this.
+#pragma once
+#include <memory>
+
+#include "axle/tensor.h"
+
+namespace axle {
+namespace autograd { struct Node; }
+
+/// A block of device memory. CPU memory comes from a size-bucketed caching allocator,
+/// so a training loop that allocates the same sizes every step reuses them.
+struct Storage {
+  void* data = nullptr;
+  size_t nbytes = 0;
+  Device device;
+  Storage(size_t nbytes, Device d);
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+};
+
+struct AutogradMeta {
+  bool requires_grad = false;
+  Tensor grad;
+  std::shared_ptr<autograd::Node> grad_fn;  ///< null for leaves
+  int output_nr = 0;                        ///< which output of grad_fn this is
+  std::shared_ptr<autograd::Node> accumulator;  ///< leaves: the AccumulateGrad node
+};
+
+struct TensorImpl {
+  DType dtype = kFloat32;
+  Device device;
+  Shape shape, strides;
+  int64_t offset = 0;  ///< in elements
+  int64_t numel = 1;
+  bool contiguous = true;
+  std::shared_ptr<Storage> storage;
+  std::unique_ptr<AutogradMeta> autograd;
+
+  char* data() const { return static_cast<char*>(storage->data) + offset * static_cast<int64_t>(itemsize(dtype)); }
+  void refresh();  ///< recomputes numel and contiguous from shape/strides
+  AutogradMeta& meta();  ///< creates the autograd meta on first use
+};
+
+Shape contiguous_strides(const Shape& shape);
+int64_t shape_numel(const Shape& shape);
+/// A new contiguous tensor with uninitialised memory.
+Tensor make_tensor(const Shape& shape, DType dtype, Device device = kCPU);
+/// A view of `base`'s storage (no autograd link).
+Tensor make_view(const Tensor& base, const Shape& shape, const Shape& strides, int64_t offset);
+/// Wraps a dimension index (negative counts from the end) and checks it; `op` names the caller.
+int64_t wrap_dim(int64_t d, int64_t ndim, const char* op);
+std::string shape_str(const Shape& s);
+
+}  // namespace axle

@@ -1,0 +1,110 @@
+// The dispatcher: one path for every op call. Shape rule -> device kernel -> autograd record.
+#include <array>
+#include <cstring>
+
+#include "axle/autograd.h"
+#include "axle/ops.h"
+#include "autograd/node.h"
+#include "ops/op.h"
+
+namespace axle::ops {
+namespace {
+
+constexpr size_t kNumOps = size_t(OpKind::kNumOps);
+const char* const kNames[] = {
+#define AXLE_OP(name, str) str,
+#include "ops/ops.def"
+#undef AXLE_OP
+};
+
+std::array<OpDef, kNumOps>& table() {
+  static std::array<OpDef, kNumOps> t{};
+  return t;
+}
+
+thread_local bool g_grad_enabled = true;
+
+}  // namespace
+
+void register_op(OpKind k, const OpDef& d) { table()[size_t(k)] = d; }
+const OpDef& op_def(OpKind k) { return table()[size_t(k)]; }
+const char* op_name(OpKind k) { return kNames[size_t(k)]; }
+OpKind op_from_name(const std::string& name) {
+  for (size_t i = 0; i < kNumOps; ++i)
+    if (name == kNames[i]) return OpKind(i);
+  AXLE_FAIL("[op] unknown op '", name, "'");
+}
+
+Tensors call(OpKind k, const Tensors& in, const Attrs& a) {
+  const OpDef& d = op_def(k);
+  AXLE_CHECK(d.infer && d.cpu, "[", op_name(k), "] op has no registered definition");
+  // All inputs live on one device; a 0-d cpu tensor (a scalar) may join any device.
+  Device dev = kCPU;
+  bool have = false;
+  for (const Tensor& t : in) {
+    if (!t.defined()) continue;
+    const TensorImpl* ti = t.impl();
+    if (ti->device.is_cpu() && ti->shape.empty()) continue;
+    if (!have) { dev = ti->device; have = true; continue; }
+    AXLE_CHECK(ti->device == dev, "[", op_name(k), "] expected all tensors on one device, got ", dev, " and ",
+               ti->device);
+  }
+  std::vector<Meta> metas = d.infer(in, a);
+  AXLE_CHECK(dev.is_cpu(), "[", op_name(k), "] device ", dev, " is not available in this build");
+  Tensors out = d.cpu(in, a, metas);
+  // Outputs are always fresh handles, so autograd never relabels an input.
+  for (Tensor& o : out)
+    for (const Tensor& i : in)
+      if (o.is_same(i)) o = o.detach();
+
+  if (g_grad_enabled && d.vjp) {
+    std::vector<bool> needs(in.size(), false);
+    bool any = false;
+    for (size_t i = 0; i < in.size(); ++i) {
+      needs[i] = in[i].defined() && in[i].requires_grad();
+      any = any || needs[i];
+    }
+    if (any) {
+      auto node = std::make_shared<autograd::OpNode>();
+      node->kind = k;
+      node->attrs = a;
+      node->needs = needs;
+      node->num_outputs = int(out.size());
+      node->in.reserve(in.size());
+      node->next.resize(in.size());
+      for (size_t i = 0; i < in.size(); ++i) {
+        node->in.push_back(in[i].defined() ? in[i].detach() : Tensor());
+        if (needs[i]) node->next[i] = autograd::gradient_edge(in[i]);
+      }
+      node->out.reserve(out.size());
+      for (size_t j = 0; j < out.size(); ++j) {
+        node->out.push_back(out[j].detach());
+        if (!is_floating(out[j].dtype())) continue;
+        AutogradMeta& m = out[j].impl()->meta();
+        m.requires_grad = true;
+        m.grad_fn = node;
+        m.output_nr = int(j);
+      }
+    }
+  }
+  return out;
+}
+
+Tensor sum_to(const Tensor& g, const Shape& shape) {
+  const Shape& gs = g.shape();
+  if (gs == shape) return g;
+  const int64_t lead = int64_t(gs.size()) - int64_t(shape.size());
+  AXLE_CHECK(lead >= 0, "[sum_to] cannot reduce ", shape_str(gs), " to ", shape_str(shape));
+  Shape dims;
+  for (int64_t i = 0; i < int64_t(gs.size()); ++i)
+    if (i < lead || (shape[size_t(i - lead)] == 1 && gs[size_t(i)] != 1)) dims.push_back(i);
+  Tensor r = dims.empty() ? g : sum(g, dims, true);
+  return r.shape() == shape ? r : reshape(r, shape);
+}
+
+}  // namespace axle::ops
+
+namespace axle {
+bool grad_enabled() { return ops::g_grad_enabled; }
+void set_grad_enabled(bool on) { ops::g_grad_enabled = on; }
+}  // namespace axle

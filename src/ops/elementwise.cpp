@@ -1,0 +1,414 @@
+// Elementwise ops: unary, binary with broadcasting, where, cast, copy.
+// Each op: shape rule (infer), cpu kernel, vjp — registered below against ops.def.
+#include <cmath>
+
+#include "axle/ops.h"
+#include "backend/cpu/loops.h"
+#include "ops/op.h"
+
+namespace axle::ops {
+
+Shape broadcast_shape(const Shape& a, const Shape& b, const char* op) {
+  const size_t n = std::max(a.size(), b.size());
+  Shape out(n);
+  for (size_t i = 0; i < n; ++i) {
+    int64_t da = i < n - a.size() ? 1 : a[i - (n - a.size())];
+    int64_t db = i < n - b.size() ? 1 : b[i - (n - b.size())];
+    AXLE_CHECK(da == db || da == 1 || db == 1, "[", op, "] expected shapes that broadcast, got ", shape_str(a),
+               " and ", shape_str(b));
+    out[i] = da == 1 ? db : da;
+  }
+  return out;
+}
+
+void check_defined(const Tensor& t, const char* op, const char* arg) {
+  AXLE_CHECK(t.defined(), "[", op, "] expected a defined tensor for '", arg, "', got an undefined one");
+}
+
+namespace {
+
+#define AXLE_SWITCH_TYPES(dt, opname, ...)                                             \
+  switch (dt) {                                                                        \
+    case DType::Float32: { using T = float; __VA_ARGS__; break; }                      \
+    case DType::Int64: { using T = int64_t; __VA_ARGS__; break; }                      \
+    case DType::Int32: { using T = int32_t; __VA_ARGS__; break; }                      \
+    case DType::Bool:                                                                  \
+    case DType::UInt8: { using T = uint8_t; __VA_ARGS__; break; }                      \
+    default: AXLE_FAIL("[", opname, "] dtype ", dt, " is not supported on cpu yet");   \
+  }
+
+bool is_float_op(OpKind k) {
+  switch (k) {
+    case OpKind::Exp: case OpKind::Log: case OpKind::Sqrt: case OpKind::Rsqrt: case OpKind::Gelu:
+    case OpKind::Sigmoid: case OpKind::Tanh: case OpKind::Div: case OpKind::Pow: case OpKind::GeluBackward:
+      return true;
+    default: return false;
+  }
+}
+bool is_compare(OpKind k) {
+  return k == OpKind::Eq || k == OpKind::Ne || k == OpKind::Lt || k == OpKind::Le || k == OpKind::Gt ||
+         k == OpKind::Ge;
+}
+
+// ------------------------------------------------------------------ unary
+template <class T, class R, class F>
+void unary_run(const cpu::TensorIter& it, F f) {
+  it.run([f](char** p, const int64_t* s, int64_t n) {
+    R* o = reinterpret_cast<R*>(p[0]);
+    const T* a = reinterpret_cast<const T*>(p[1]);
+    if (s[0] == sizeof(R) && s[1] == sizeof(T)) {
+      for (int64_t i = 0; i < n; ++i) o[i] = f(a[i]);
+    } else {
+      for (int64_t i = 0; i < n; ++i)
+        *reinterpret_cast<R*>(p[0] + i * s[0]) = f(*reinterpret_cast<const T*>(p[1] + i * s[1]));
+    }
+  });
+}
+
+constexpr float kInvSqrt2 = 0.70710678118654752f;
+constexpr float kInvSqrt2Pi = 0.39894228040143268f;
+
+template <class T>
+void unary_typed(OpKind k, const cpu::TensorIter& it) {
+  switch (k) {
+    case OpKind::Neg: unary_run<T, T>(it, [](T x) { return T(-x); }); return;
+    case OpKind::Abs: unary_run<T, T>(it, [](T x) { return x < T(0) ? T(-x) : x; }); return;
+    case OpKind::Relu: unary_run<T, T>(it, [](T x) { return x > T(0) ? x : T(0); }); return;
+    default: break;
+  }
+  if constexpr (std::is_same_v<T, float>) {
+    switch (k) {
+      case OpKind::Exp: unary_run<T, T>(it, [](float x) { return std::exp(x); }); return;
+      case OpKind::Log: unary_run<T, T>(it, [](float x) { return std::log(x); }); return;
+      case OpKind::Sqrt: unary_run<T, T>(it, [](float x) { return std::sqrt(x); }); return;
+      case OpKind::Rsqrt: unary_run<T, T>(it, [](float x) { return 1.0f / std::sqrt(x); }); return;
+      case OpKind::Sigmoid: unary_run<T, T>(it, [](float x) { return 1.0f / (1.0f + std::exp(-x)); }); return;
+      case OpKind::Tanh: unary_run<T, T>(it, [](float x) { return std::tanh(x); }); return;
+      case OpKind::Gelu:
+        unary_run<T, T>(it, [](float x) { return 0.5f * x * (1.0f + std::erf(x * kInvSqrt2)); });
+        return;
+      default: break;
+    }
+  }
+  AXLE_FAIL("[", op_name(k), "] not supported for this dtype");
+}
+
+DType unary_dtype(OpKind k, DType in) {
+  if (is_float_op(k) && !is_floating(in)) return kFloat32;
+  return in;
+}
+
+template <OpKind K>
+std::vector<Meta> unary_infer(const Tensors& in, const Attrs&) {
+  check_defined(in[0], op_name(K), "input");
+  AXLE_CHECK(K != OpKind::Neg || in[0].dtype() != kBool, "[neg] expected a numeric tensor, got bool; use logical ops");
+  return {{in[0].shape(), unary_dtype(K, in[0].dtype())}};
+}
+
+template <OpKind K>
+Tensors unary_cpu(const Tensors& in, const Attrs&, const std::vector<Meta>& m) {
+  Tensor x = in[0].dtype() == m[0].dtype ? in[0] : cpu::cast_cpu(in[0], m[0].dtype);
+  Tensor out = make_tensor(m[0].shape, m[0].dtype);
+  cpu::TensorIter it(out, {&x});
+  AXLE_SWITCH_TYPES(m[0].dtype, op_name(K), unary_typed<T>(K, it));
+  return {out};
+}
+
+// ------------------------------------------------------------------ binary
+template <class T, class R, class F>
+void binary_run(const cpu::TensorIter& it, F f) {
+  it.run([f](char** p, const int64_t* s, int64_t n) {
+    R* o = reinterpret_cast<R*>(p[0]);
+    const T* a = reinterpret_cast<const T*>(p[1]);
+    const T* b = reinterpret_cast<const T*>(p[2]);
+    constexpr int64_t sr = sizeof(R), st = sizeof(T);
+    if (s[0] == sr && s[1] == st && s[2] == st) {
+      for (int64_t i = 0; i < n; ++i) o[i] = f(a[i], b[i]);
+    } else if (s[0] == sr && s[1] == st && s[2] == 0) {
+      const T bv = *b;
+      for (int64_t i = 0; i < n; ++i) o[i] = f(a[i], bv);
+    } else if (s[0] == sr && s[1] == 0 && s[2] == st) {
+      const T av = *a;
+      for (int64_t i = 0; i < n; ++i) o[i] = f(av, b[i]);
+    } else {
+      for (int64_t i = 0; i < n; ++i)
+        *reinterpret_cast<R*>(p[0] + i * s[0]) =
+            f(*reinterpret_cast<const T*>(p[1] + i * s[1]), *reinterpret_cast<const T*>(p[2] + i * s[2]));
+    }
+  });
+}
+
+template <class T>
+void binary_typed(OpKind k, const cpu::TensorIter& it) {
+  switch (k) {
+    case OpKind::Add: binary_run<T, T>(it, [](T x, T y) { return T(x + y); }); return;
+    case OpKind::Sub: binary_run<T, T>(it, [](T x, T y) { return T(x - y); }); return;
+    case OpKind::Mul: binary_run<T, T>(it, [](T x, T y) { return T(x * y); }); return;
+    case OpKind::Maximum: binary_run<T, T>(it, [](T x, T y) { return x > y || x != x ? x : y; }); return;
+    case OpKind::Minimum: binary_run<T, T>(it, [](T x, T y) { return x < y || x != x ? x : y; }); return;
+    case OpKind::Eq: binary_run<T, uint8_t>(it, [](T x, T y) { return uint8_t(x == y); }); return;
+    case OpKind::Ne: binary_run<T, uint8_t>(it, [](T x, T y) { return uint8_t(x != y); }); return;
+    case OpKind::Lt: binary_run<T, uint8_t>(it, [](T x, T y) { return uint8_t(x < y); }); return;
+    case OpKind::Le: binary_run<T, uint8_t>(it, [](T x, T y) { return uint8_t(x <= y); }); return;
+    case OpKind::Gt: binary_run<T, uint8_t>(it, [](T x, T y) { return uint8_t(x > y); }); return;
+    case OpKind::Ge: binary_run<T, uint8_t>(it, [](T x, T y) { return uint8_t(x >= y); }); return;
+    default: break;
+  }
+  if constexpr (std::is_same_v<T, float>) {
+    switch (k) {
+      case OpKind::Div: binary_run<T, T>(it, [](float x, float y) { return x / y; }); return;
+      case OpKind::Pow: binary_run<T, T>(it, [](float x, float y) { return std::pow(x, y); }); return;
+      case OpKind::GeluBackward:  // (grad, x)
+        binary_run<T, T>(it, [](float g, float x) {
+          float cdf = 0.5f * (1.0f + std::erf(x * kInvSqrt2));
+          return g * (cdf + x * kInvSqrt2Pi * std::exp(-0.5f * x * x));
+        });
+        return;
+      default: break;
+    }
+  }
+  AXLE_FAIL("[", op_name(k), "] not supported for this dtype");
+}
+
+DType binary_compute_dtype(OpKind k, DType a, DType b) {
+  DType t = promote(a, b);
+  if (is_float_op(k) && !is_floating(t)) t = kFloat32;
+  return t;
+}
+
+template <OpKind K>
+std::vector<Meta> binary_infer(const Tensors& in, const Attrs&) {
+  check_defined(in[0], op_name(K), "self");
+  check_defined(in[1], op_name(K), "other");
+  Shape s = broadcast_shape(in[0].shape(), in[1].shape(), op_name(K));
+  DType ct = binary_compute_dtype(K, in[0].dtype(), in[1].dtype());
+  return {{s, is_compare(K) ? kBool : ct}};
+}
+
+template <OpKind K>
+Tensors binary_cpu(const Tensors& in, const Attrs&, const std::vector<Meta>& m) {
+  DType ct = binary_compute_dtype(K, in[0].dtype(), in[1].dtype());
+  Tensor a = in[0].dtype() == ct ? in[0] : cpu::cast_cpu(in[0], ct);
+  Tensor b = in[1].dtype() == ct ? in[1] : cpu::cast_cpu(in[1], ct);
+  Tensor out = make_tensor(m[0].shape, m[0].dtype);
+  cpu::TensorIter it(out, {&a, &b});
+  AXLE_SWITCH_TYPES(ct, op_name(K), binary_typed<T>(K, it));
+  return {out};
+}
+
+// ------------------------------------------------------------------ where / cast / copy
+std::vector<Meta> where_infer(const Tensors& in, const Attrs&) {
+  check_defined(in[0], "where", "condition");
+  check_defined(in[1], "where", "self");
+  check_defined(in[2], "where", "other");
+  AXLE_CHECK(in[0].dtype() == kBool, "[where] expected a bool condition, got ", in[0].dtype());
+  Shape s = broadcast_shape(broadcast_shape(in[0].shape(), in[1].shape(), "where"), in[2].shape(), "where");
+  return {{s, promote(in[1].dtype(), in[2].dtype())}};
+}
+
+Tensors where_cpu(const Tensors& in, const Attrs&, const std::vector<Meta>& m) {
+  DType ct = m[0].dtype;
+  Tensor c = in[0], a = in[1].dtype() == ct ? in[1] : cpu::cast_cpu(in[1], ct);
+  Tensor b = in[2].dtype() == ct ? in[2] : cpu::cast_cpu(in[2], ct);
+  Tensor out = make_tensor(m[0].shape, ct);
+  cpu::TensorIter it(out, {&c, &a, &b});
+  AXLE_SWITCH_TYPES(ct, "where", it.run([](char** p, const int64_t* s, int64_t n) {
+    for (int64_t i = 0; i < n; ++i)
+      *reinterpret_cast<T*>(p[0] + i * s[0]) = *reinterpret_cast<const uint8_t*>(p[1] + i * s[1])
+                                                  ? *reinterpret_cast<const T*>(p[2] + i * s[2])
+                                                  : *reinterpret_cast<const T*>(p[3] + i * s[3]);
+  }));
+  return {out};
+}
+
+std::vector<Meta> cast_infer(const Tensors& in, const Attrs& a) {
+  check_defined(in[0], "cast", "input");
+  AXLE_CHECK(a.ints.size() == 1, "[cast] expected the target dtype attribute");
+  return {{in[0].shape(), DType(a.ints[0])}};
+}
+Tensors cast_cpu_op(const Tensors& in, const Attrs&, const std::vector<Meta>& m) {
+  return {cpu::cast_cpu(in[0], m[0].dtype)};
+}
+
+std::vector<Meta> copy_infer(const Tensors& in, const Attrs&) {
+  check_defined(in[0], "copy", "input");
+  return {{in[0].shape(), in[0].dtype()}};
+}
+Tensors copy_cpu(const Tensors& in, const Attrs&, const std::vector<Meta>& m) {
+  Tensor out = make_tensor(m[0].shape, m[0].dtype);
+  cpu::copy_into(out, in[0]);
+  return {out};
+}
+
+// ------------------------------------------------------------------ vjps
+Tensors vjp_neg(const VjpArgs& v) { return {neg(v.grad[0])}; }
+Tensors vjp_exp(const VjpArgs& v) { return {mul(v.grad[0], v.out[0])}; }
+Tensors vjp_log(const VjpArgs& v) { return {div(v.grad[0], v.in[0])}; }
+Tensors vjp_sqrt(const VjpArgs& v) { return {div(v.grad[0], mul(v.out[0], 2.0))}; }
+Tensors vjp_rsqrt(const VjpArgs& v) {
+  const Tensor& y = v.out[0];
+  return {mul(v.grad[0], mul(mul(y, mul(y, y)), -0.5))};
+}
+Tensors vjp_abs(const VjpArgs& v) {
+  const Tensor& x = v.in[0];
+  Tensor sign = sub(cast(gt(x, 0.0), x.dtype()), cast(lt(x, 0.0), x.dtype()));
+  return {mul(v.grad[0], sign)};
+}
+Tensors vjp_relu(const VjpArgs& v) { return {mul(v.grad[0], gt(v.out[0], 0.0))}; }
+Tensors vjp_gelu(const VjpArgs& v) { return {call1(OpKind::GeluBackward, {v.grad[0], v.in[0]})}; }
+Tensors vjp_sigmoid(const VjpArgs& v) {
+  const Tensor& y = v.out[0];
+  return {mul(v.grad[0], mul(y, 1.0 - y))};
+}
+Tensors vjp_tanh(const VjpArgs& v) {
+  const Tensor& y = v.out[0];
+  return {mul(v.grad[0], 1.0 - mul(y, y))};
+}
+Tensors vjp_cast(const VjpArgs& v) {
+  DType src = v.in[0].dtype();
+  return {is_floating(src) ? cast(v.grad[0], src) : Tensor()};
+}
+Tensors vjp_copy(const VjpArgs& v) { return {v.grad[0]}; }
+
+Tensors vjp_add(const VjpArgs& v) {
+  return {v.needs[0] ? sum_to(v.grad[0], v.in[0].shape()) : Tensor(),
+          v.needs[1] ? sum_to(v.grad[0], v.in[1].shape()) : Tensor()};
+}
+Tensors vjp_sub(const VjpArgs& v) {
+  return {v.needs[0] ? sum_to(v.grad[0], v.in[0].shape()) : Tensor(),
+          v.needs[1] ? sum_to(neg(v.grad[0]), v.in[1].shape()) : Tensor()};
+}
+Tensors vjp_mul(const VjpArgs& v) {
+  return {v.needs[0] ? sum_to(mul(v.grad[0], v.in[1]), v.in[0].shape()) : Tensor(),
+          v.needs[1] ? sum_to(mul(v.grad[0], v.in[0]), v.in[1].shape()) : Tensor()};
+}
+Tensors vjp_div(const VjpArgs& v) {
+  const Tensor& b = v.in[1];
+  return {v.needs[0] ? sum_to(div(v.grad[0], b), v.in[0].shape()) : Tensor(),
+          v.needs[1] ? sum_to(neg(div(mul(v.grad[0], v.out[0]), b)), b.shape()) : Tensor()};
+}
+Tensors vjp_pow(const VjpArgs& v) {
+  const Tensor &a = v.in[0], &b = v.in[1], &g = v.grad[0];
+  Tensor ga, gb;
+  if (v.needs[0]) ga = sum_to(mul(g, mul(b, pow(a, sub(b, 1.0)))), a.shape());
+  if (v.needs[1]) {
+    // d/db a^b = a^b log a, taken as 0 where a <= 0 (as PyTorch does for a == 0).
+    Tensor la = where(gt(a, 0.0), log(a), zeros_like(v.out[0]));
+    gb = sum_to(mul(g, mul(v.out[0], la)), b.shape());
+  }
+  return {ga, gb};
+}
+Tensors vjp_maximum(const VjpArgs& v) {
+  const Tensor &a = v.in[0], &b = v.in[1], &g = v.grad[0];
+  Tensor z = zeros_like(g);
+  return {v.needs[0] ? sum_to(where(ge(a, b), g, z), a.shape()) : Tensor(),
+          v.needs[1] ? sum_to(where(lt(a, b), g, z), b.shape()) : Tensor()};
+}
+Tensors vjp_minimum(const VjpArgs& v) {
+  const Tensor &a = v.in[0], &b = v.in[1], &g = v.grad[0];
+  Tensor z = zeros_like(g);
+  return {v.needs[0] ? sum_to(where(le(a, b), g, z), a.shape()) : Tensor(),
+          v.needs[1] ? sum_to(where(gt(a, b), g, z), b.shape()) : Tensor()};
+}
+Tensors vjp_where(const VjpArgs& v) {
+  const Tensor &c = v.in[0], &g = v.grad[0];
+  Tensor z = zeros_like(g);
+  return {Tensor(), v.needs[1] ? sum_to(where(c, g, z), v.in[1].shape()) : Tensor(),
+          v.needs[2] ? sum_to(where(c, z, g), v.in[2].shape()) : Tensor()};
+}
+
+}  // namespace
+
+#define AXLE_UNARY(K, VJP) AXLE_REGISTER_OP(K, {.infer = unary_infer<OpKind::K>, .cpu = unary_cpu<OpKind::K>, .vjp = VJP})
+AXLE_UNARY(Neg, vjp_neg);
+AXLE_UNARY(Exp, vjp_exp);
+AXLE_UNARY(Log, vjp_log);
+AXLE_UNARY(Sqrt, vjp_sqrt);
+AXLE_UNARY(Rsqrt, vjp_rsqrt);
+AXLE_UNARY(Abs, vjp_abs);
+AXLE_UNARY(Relu, vjp_relu);
+AXLE_UNARY(Gelu, vjp_gelu);
+AXLE_UNARY(Sigmoid, vjp_sigmoid);
+AXLE_UNARY(Tanh, vjp_tanh);
+#undef AXLE_UNARY
+AXLE_REGISTER_OP(Cast, {.infer = cast_infer, .cpu = cast_cpu_op, .vjp = vjp_cast});
+AXLE_REGISTER_OP(Copy, {.infer = copy_infer, .cpu = copy_cpu, .vjp = vjp_copy});
+#define AXLE_BINARY(K, VJP) AXLE_REGISTER_OP(K, {.infer = binary_infer<OpKind::K>, .cpu = binary_cpu<OpKind::K>, .vjp = VJP})
+AXLE_BINARY(Add, vjp_add);
+AXLE_BINARY(Sub, vjp_sub);
+AXLE_BINARY(Mul, vjp_mul);
+AXLE_BINARY(Div, vjp_div);
+AXLE_BINARY(Pow, vjp_pow);
+AXLE_BINARY(Maximum, vjp_maximum);
+AXLE_BINARY(Minimum, vjp_minimum);
+AXLE_BINARY(GeluBackward, nullptr);
+AXLE_BINARY(Eq, nullptr);
+AXLE_BINARY(Ne, nullptr);
+AXLE_BINARY(Lt, nullptr);
+AXLE_BINARY(Le, nullptr);
+AXLE_BINARY(Gt, nullptr);
+AXLE_BINARY(Ge, nullptr);
+#undef AXLE_BINARY
+AXLE_REGISTER_OP(Where, {.infer = where_infer, .cpu = where_cpu, .vjp = vjp_where});
+
+}  // namespace axle::ops
+
+// ------------------------------------------------------------------ public API
+namespace axle {
+using ops::call1;
+using ops::OpKind;
+
+namespace {
+// A scalar operand: the tensor's dtype, or float32 when the tensor is integral and the value is not.
+Tensor scalar_for(const Tensor& t, double v) {
+  ops::check_defined(t, "scalar op", "self");
+  DType dt = t.dtype();
+  if (!is_floating(dt) && (v != std::floor(v) || dt == kBool)) dt = kFloat32;
+  return scalar_tensor(v, {.dtype = dt});
+}
+}  // namespace
+
+Tensor neg(const Tensor& x) { return call1(OpKind::Neg, {x}); }
+Tensor exp(const Tensor& x) { return call1(OpKind::Exp, {x}); }
+Tensor log(const Tensor& x) { return call1(OpKind::Log, {x}); }
+Tensor sqrt(const Tensor& x) { return call1(OpKind::Sqrt, {x}); }
+Tensor rsqrt(const Tensor& x) { return call1(OpKind::Rsqrt, {x}); }
+Tensor abs(const Tensor& x) { return call1(OpKind::Abs, {x}); }
+Tensor relu(const Tensor& x) { return call1(OpKind::Relu, {x}); }
+Tensor gelu(const Tensor& x) { return call1(OpKind::Gelu, {x}); }
+Tensor sigmoid(const Tensor& x) { return call1(OpKind::Sigmoid, {x}); }
+Tensor tanh(const Tensor& x) { return call1(OpKind::Tanh, {x}); }
+Tensor square(const Tensor& x) { return call1(OpKind::Mul, {x, x}); }
+Tensor cast(const Tensor& x, DType t) { return call1(OpKind::Cast, {x}, {.ints = {int64_t(t)}}); }
+
+Tensor add(const Tensor& a, const Tensor& b) { return call1(OpKind::Add, {a, b}); }
+Tensor sub(const Tensor& a, const Tensor& b) { return call1(OpKind::Sub, {a, b}); }
+Tensor mul(const Tensor& a, const Tensor& b) { return call1(OpKind::Mul, {a, b}); }
+Tensor div(const Tensor& a, const Tensor& b) { return call1(OpKind::Div, {a, b}); }
+Tensor pow(const Tensor& a, const Tensor& b) { return call1(OpKind::Pow, {a, b}); }
+Tensor pow(const Tensor& a, double e) {
+  if (e == 1.0) return call1(OpKind::Copy, {a});
+  if (e == 2.0) return square(a);
+  return call1(OpKind::Pow, {a, scalar_for(a, e)});
+}
+Tensor maximum(const Tensor& a, const Tensor& b) { return call1(OpKind::Maximum, {a, b}); }
+Tensor minimum(const Tensor& a, const Tensor& b) { return call1(OpKind::Minimum, {a, b}); }
+Tensor eq(const Tensor& a, const Tensor& b) { return call1(OpKind::Eq, {a, b}); }
+Tensor ne(const Tensor& a, const Tensor& b) { return call1(OpKind::Ne, {a, b}); }
+Tensor lt(const Tensor& a, const Tensor& b) { return call1(OpKind::Lt, {a, b}); }
+Tensor le(const Tensor& a, const Tensor& b) { return call1(OpKind::Le, {a, b}); }
+Tensor gt(const Tensor& a, const Tensor& b) { return call1(OpKind::Gt, {a, b}); }
+Tensor ge(const Tensor& a, const Tensor& b) { return call1(OpKind::Ge, {a, b}); }
+Tensor add(const Tensor& a, double b) { return add(a, scalar_for(a, b)); }
+Tensor sub(const Tensor& a, double b) { return sub(a, scalar_for(a, b)); }
+Tensor mul(const Tensor& a, double b) { return mul(a, scalar_for(a, b)); }
+Tensor div(const Tensor& a, double b) { return div(a, scalar_for(a, b)); }
+Tensor eq(const Tensor& a, double b) { return eq(a, scalar_for(a, b)); }
+Tensor ne(const Tensor& a, double b) { return ne(a, scalar_for(a, b)); }
+Tensor lt(const Tensor& a, double b) { return lt(a, scalar_for(a, b)); }
+Tensor le(const Tensor& a, double b) { return le(a, scalar_for(a, b)); }
+Tensor gt(const Tensor& a, double b) { return gt(a, scalar_for(a, b)); }
+Tensor ge(const Tensor& a, double b) { return ge(a, scalar_for(a, b)); }
+Tensor where(const Tensor& c, const Tensor& a, const Tensor& b) { return call1(OpKind::Where, {c, a, b}); }
+
+}  // namespace axle

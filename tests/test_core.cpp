@@ -1,0 +1,46 @@
+#include <gtest/gtest.h>
+
+#include "axle/axle.h"
+
+using namespace axle;
+
+TEST(Core, FactoriesAndItem) {
+  Tensor t = full({2, 3}, 1.5);
+  EXPECT_EQ(t.numel(), 6);
+  EXPECT_EQ(t.dtype(), kFloat32);
+  EXPECT_TRUE(t.is_contiguous());
+  EXPECT_DOUBLE_EQ(sum(t).item(), 9.0);
+  Tensor a = arange(5);
+  EXPECT_EQ(a.dtype(), kInt64);
+  EXPECT_EQ(a.to_vector<int64_t>(), (std::vector<int64_t>{0, 1, 2, 3, 4}));
+}
+
+TEST(Core, BroadcastAddAndBackward) {
+  Tensor a = from_vector(std::vector<float>{1, 2, 3, 4, 5, 6}, {2, 3}, {.requires_grad = true});
+  Tensor b = from_vector(std::vector<float>{10, 20, 30}, {3}, {.requires_grad = true});
+  Tensor c = a * b + a;
+  EXPECT_EQ(c.to_vector<float>(), (std::vector<float>{11, 42, 93, 44, 105, 186}));
+  c.sum().backward();
+  EXPECT_EQ(a.grad().to_vector<float>(), (std::vector<float>{11, 21, 31, 11, 21, 31}));
+  EXPECT_EQ(b.grad().to_vector<float>(), (std::vector<float>{5, 7, 9}));
+}
+
+TEST(Core, ViewsShareStorage) {
+  Tensor a = arange(0, 12, 1, {.dtype = kFloat32}).reshape({3, 4});
+  Tensor t = a.t();
+  EXPECT_FALSE(t.is_contiguous());
+  EXPECT_EQ(t.shape(), (Shape{4, 3}));
+  EXPECT_EQ(t.contiguous().to_vector<float>()[1], 4.0f);
+  Tensor s = slice(a, 1, 1, 4, 2);
+  EXPECT_EQ(s.to_vector<float>(), (std::vector<float>{1, 3, 5, 7, 9, 11}));
+}
+
+TEST(Core, ErrorsAreClear) {
+  Tensor a = zeros({2, 3}), b = zeros({4});
+  try {
+    add(a, b);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("[add] expected shapes that broadcast"), std::string::npos) << e.what();
+  }
+}
