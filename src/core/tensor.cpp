@@ -10,6 +10,7 @@
 #include "axle/ops.h"
 #include "autograd/node.h"
 #include "core/tensor_impl.h"
+#include "lazy/ir.h"
 #include "ops/op.h"
 
 namespace axle {
@@ -75,6 +76,7 @@ Tensor make_view(const Tensor& base, const Shape& shape, const Shape& strides, i
   impl->strides = strides;
   impl->offset = offset;
   impl->storage = b->storage;
+  impl->lazy = b->lazy;
   impl->refresh();
   return Tensor(std::move(impl));
 }
@@ -197,7 +199,9 @@ template std::vector<uint8_t> Tensor::to_vector<uint8_t>() const;
 Tensor Tensor::to(Device d) const {
   AXLE_DEFINED("to");
   if (d == impl_->device) return *this;
-  AXLE_FAIL("[to] device ", d, " is not available in this build (the lazy xla device is not built yet); use cpu");
+  if (impl_->device.is_cpu()) return lazy::to_device(*this, d);
+  AXLE_CHECK(d.is_cpu(), "[to] expected a move between cpu and ", impl_->device, ", got ", impl_->device, " -> ", d);
+  return lazy::to_cpu(*this);
 }
 
 Tensor Tensor::to(DType t) const {
@@ -268,6 +272,7 @@ void Tensor::set_data(const Tensor& other) const {
              shape_str(shape()), ", got ", other.dtype(), " ", shape_str(other.shape()));
   AXLE_CHECK(other.device() == device(), "[set_data] expected a tensor on ", device(), ", got ", other.device());
   const TensorImpl* o = other.impl();
+  impl_->lazy = o->lazy;
   impl_->storage = o->storage;
   impl_->strides = o->strides;
   impl_->offset = o->offset;

@@ -6,6 +6,7 @@
 
 namespace axle {
 namespace autograd { struct Node; }
+namespace lazy { struct LazyTensor; }
 
 /// A block of device memory. CPU memory comes from a size-bucketed caching allocator,
 /// so a training loop that allocates the same sizes every step reuses them.
@@ -36,6 +37,7 @@ struct TensorImpl {
   bool contiguous = true;
   std::shared_ptr<Storage> storage;
   std::unique_ptr<AutogradMeta> autograd;
+  std::shared_ptr<lazy::LazyTensor> lazy;  ///< xla tensors: pending IR or device data (storage is null)
 
   char* data() const { return static_cast<char*>(storage->data) + offset * static_cast<int64_t>(itemsize(dtype)); }
   void refresh();  ///< recomputes numel and contiguous from shape/strides

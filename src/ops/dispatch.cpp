@@ -5,6 +5,7 @@
 #include "axle/autograd.h"
 #include "axle/ops.h"
 #include "autograd/node.h"
+#include "lazy/ir.h"
 #include "ops/op.h"
 
 namespace axle::ops {
@@ -50,8 +51,7 @@ Tensors call(OpKind k, const Tensors& in, const Attrs& a) {
                ti->device);
   }
   std::vector<Meta> metas = d.infer(in, a);
-  AXLE_CHECK(dev.is_cpu(), "[", op_name(k), "] device ", dev, " is not available in this build");
-  Tensors out = d.cpu(in, a, metas);
+  Tensors out = dev.is_cpu() ? d.cpu(in, a, metas) : lazy::record(k, in, a, metas, dev);
   // Outputs are always fresh handles, so autograd never relabels an input.
   for (Tensor& o : out)
     for (const Tensor& i : in)

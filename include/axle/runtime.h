@@ -1,0 +1,41 @@
+// The lazy `xla` device: ops on xla tensors are traced into a graph; a step
+// boundary compiles the graph once (cached by its structure) and runs it.
+//
+//   auto dev = axle::device();                  // xla:0
+//   model->to(dev);
+//   for (auto& batch : loader) {
+//     auto step = axle::step();                 // syncs on entry and on exit
+//     auto x = batch.data.to(dev), y = batch.target.to(dev);
+//     opt.zero_grad();
+//     auto loss = axle::cross_entropy((*model)(x), y);
+//     loss.backward();
+//     opt.step();
+//   }
+//   axle::sync();
+#pragma once
+#include "axle/device.h"
+
+namespace axle {
+
+/// The lazy device of this process, `xla:0`.
+Device device();
+
+/// Cuts the pending graph of every live xla tensor, compiles it (or takes it from
+/// the cache) and runs it; afterwards those tensors hold data. Counts `MarkStep`.
+void sync();
+
+/// RAII step boundary (torch_xla.step()): syncs on entry and on exit, also when an
+/// exception unwinds. `{ auto s = axle::step(); ... }`
+class StepGuard {
+ public:
+  StepGuard();
+  ~StepGuard() noexcept(false);
+  StepGuard(const StepGuard&) = delete;
+  StepGuard& operator=(const StepGuard&) = delete;
+
+ private:
+  int uncaught_;
+};
+[[nodiscard]] inline StepGuard step() { return StepGuard(); }
+
+}  // namespace axle

@@ -1,0 +1,70 @@
+#include "compiler/executable.h"
+
+#include <unordered_map>
+
+#include "axle/autograd.h"
+#include "backend/cpu/loops.h"
+
+namespace axle::compiler {
+
+std::shared_ptr<const Executable> compile(const lazy::Graph& g) {
+  Program p = Program::from_graph(g);
+  PassPipeline::standard().run(p);
+  return lower(p);
+}
+
+std::shared_ptr<const Executable> lower(const Program& p) {
+  auto ex = std::make_shared<Executable>();
+  // One slot per (node, output).
+  std::vector<std::vector<int>> slot(p.nodes.size());
+  int next = 0;
+  for (size_t i = 0; i < p.nodes.size(); ++i)
+    for (size_t j = 0; j < p.nodes[i].outs.size(); ++j) slot[i].push_back(next++);
+  ex->num_slots_ = next;
+  ex->input_slots_.assign(size_t(p.num_inputs), -1);
+  for (size_t i = 0; i < p.nodes.size(); ++i) {
+    const PNode& n = p.nodes[i];
+    if (n.kind == lazy::NodeKind::Data) ex->input_slots_[size_t(n.input)] = slot[i][0];
+    if (n.kind == lazy::NodeKind::Constant) ex->constants_.push_back({slot[i][0], n.constant});
+    if (n.kind != lazy::NodeKind::Op) continue;
+    Executable::Step s{n.op, n.attrs, {}, slot[i], n.outs, {}};
+    for (const Ref& r : n.operands) s.in.push_back(r.node >= 0 ? slot[size_t(r.node)][size_t(r.index)] : -1);
+    ex->steps_.push_back(std::move(s));
+  }
+  for (const Ref& r : p.outputs) ex->output_slots_.push_back(slot[size_t(r.node)][size_t(r.index)]);
+  // Liveness: release each slot after its last reader, unless it is a graph output.
+  std::vector<int> last(size_t(next), -1);
+  for (size_t k = 0; k < ex->steps_.size(); ++k)
+    for (int s : ex->steps_[k].in)
+      if (s >= 0) last[size_t(s)] = int(k);
+  std::vector<bool> is_out(size_t(next), false);
+  for (int s : ex->output_slots_) is_out[size_t(s)] = true;
+  for (int s = 0; s < next; ++s)
+    if (last[size_t(s)] >= 0 && !is_out[size_t(s)]) ex->steps_[size_t(last[size_t(s)])].release.push_back(s);
+  return ex;
+}
+
+std::vector<Tensor> Executable::run(const std::vector<Tensor>& inputs) const {
+  NoGradGuard no_grad;
+  std::vector<Tensor> slots(static_cast<size_t>(num_slots_));
+  for (size_t i = 0; i < input_slots_.size(); ++i)
+    if (input_slots_[i] >= 0) slots[size_t(input_slots_[i])] = inputs[i];
+  for (auto& [s, t] : constants_) slots[size_t(s)] = t;
+  ops::Tensors in;
+  for (const Step& st : steps_) {
+    in.clear();
+    for (int s : st.in) in.push_back(s >= 0 ? slots[size_t(s)] : Tensor());
+    ops::Tensors out = ops::op_def(st.op).cpu(in, st.attrs, st.metas);
+    for (size_t j = 0; j < st.out.size(); ++j) slots[size_t(st.out[j])] = std::move(out[j]);
+    for (int s : st.release) slots[size_t(s)] = Tensor();
+  }
+  std::vector<Tensor> result;
+  result.reserve(output_slots_.size());
+  for (int s : output_slots_) {
+    const Tensor& t = slots[size_t(s)];
+    result.push_back(t.is_contiguous() ? t : cpu::contiguous_as(t, t.dtype()));
+  }
+  return result;
+}
+
+}  // namespace axle::compiler

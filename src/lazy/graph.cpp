@@ -1,0 +1,140 @@
+#include "lazy/graph.h"
+
+#include <cstring>
+#include <sstream>
+#include <unordered_map>
+
+namespace axle::lazy {
+namespace {
+inline void mix(uint64_t& h, uint64_t v) {
+  h ^= v + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
+  h *= 0xBF58476D1CE4E5B9ull;
+}
+void mix_meta(uint64_t& h, const ops::Meta& m) {
+  mix(h, uint64_t(m.dtype));
+  mix(h, m.shape.size());
+  for (int64_t d : m.shape) mix(h, uint64_t(d));
+}
+}  // namespace
+
+Graph build_graph(const std::vector<Value>& roots) {
+  Graph g;
+  std::unordered_map<const Node*, int> index;
+  // Iterative post-order DFS over operands.
+  std::vector<std::pair<Node*, size_t>> stack;
+  for (const Value& r : roots) {
+    if (index.count(r.node.get())) continue;
+    stack.push_back({r.node.get(), 0});
+    while (!stack.empty()) {
+      auto& [n, next] = stack.back();
+      if (next < n->operands.size()) {
+        Node* c = n->operands[next++].node.get();
+        if (c && !index.count(c)) stack.push_back({c, 0});
+        continue;
+      }
+      if (!index.count(n)) {
+        index[n] = int(g.nodes.size());
+        if (n->kind == NodeKind::Data) g.inputs.push_back(int(g.nodes.size()));
+        g.nodes.push_back(n);
+      }
+      stack.pop_back();
+    }
+  }
+  for (const Value& r : roots) g.outputs.push_back({index.at(r.node.get()), r.index});
+
+  uint64_t h = 0xCBF29CE484222325ull;
+  for (const Node* n : g.nodes) {
+    mix(h, uint64_t(n->kind));
+    mix(h, uint64_t(n->op));
+    mix(h, n->attrs.ints.size());
+    for (int64_t v : n->attrs.ints) mix(h, uint64_t(v));
+    mix(h, n->attrs.floats.size());
+    for (double v : n->attrs.floats) {
+      uint64_t bits;
+      std::memcpy(&bits, &v, sizeof bits);
+      mix(h, bits);
+    }
+    if (n->kind == NodeKind::Constant) {
+      uint64_t bits;
+      std::memcpy(&bits, &n->scalar, sizeof bits);
+      mix(h, bits);
+    }
+    mix(h, n->operands.size());
+    for (const Value& v : n->operands) {
+      mix(h, v.node ? uint64_t(index.at(v.node.get())) + 1 : 0);
+      mix(h, uint64_t(v.index));
+    }
+    for (const ops::Meta& m : n->outs) mix_meta(h, m);
+  }
+  for (auto [n, i] : g.outputs) {
+    mix(h, uint64_t(n));
+    mix(h, uint64_t(i));
+  }
+  g.hash = h;
+  return g;
+}
+
+std::string Graph::text() const {
+  std::ostringstream os;
+  std::unordered_map<const Node*, int> index;
+  for (size_t i = 0; i < nodes.size(); ++i) index[nodes[i]] = int(i);
+  auto meta_str = [](const ops::Meta& m) { return std::string(dtype_name(m.dtype)) + shape_str(m.shape); };
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const Node* n = nodes[i];
+    os << "%" << i << " = ";
+    if (n->kind == NodeKind::Data) {
+      os << "data : " << meta_str(n->outs[0]) << "\n";
+      continue;
+    }
+    if (n->kind == NodeKind::Constant) {
+      os << "constant " << n->scalar << " : " << meta_str(n->outs[0]) << "\n";
+      continue;
+    }
+    os << ops::op_name(n->op) << "(";
+    for (size_t j = 0; j < n->operands.size(); ++j) {
+      const Value& v = n->operands[j];
+      os << (j ? ", " : "");
+      if (!v.node) os << "_";
+      else {
+        os << "%" << index.at(v.node.get());
+        if (v.node->outs.size() > 1) os << "." << v.index;
+      }
+    }
+    os << ")";
+    if (!n->attrs.ints.empty() || !n->attrs.floats.empty()) {
+      os << " {";
+      for (size_t j = 0; j < n->attrs.ints.size(); ++j) os << (j ? "," : "") << n->attrs.ints[j];
+      if (!n->attrs.floats.empty()) os << ";";
+      for (size_t j = 0; j < n->attrs.floats.size(); ++j) os << (j ? "," : "") << n->attrs.floats[j];
+      os << "}";
+    }
+    os << " : ";
+    for (size_t j = 0; j < n->outs.size(); ++j) os << (j ? ", " : "") << meta_str(n->outs[j]);
+    os << "\n";
+  }
+  os << "outputs(";
+  for (size_t j = 0; j < outputs.size(); ++j) os << (j ? ", " : "") << "%" << outputs[j].first << "." << outputs[j].second;
+  os << ")\n";
+  return os.str();
+}
+
+std::string Graph::dot(const std::string& name) const {
+  std::ostringstream os;
+  std::unordered_map<const Node*, int> index;
+  for (size_t i = 0; i < nodes.size(); ++i) index[nodes[i]] = int(i);
+  os << "digraph \"" << name << "\" {\n  node [shape=box, fontname=monospace];\n";
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const Node* n = nodes[i];
+    std::string label = n->kind == NodeKind::Data ? "data" : n->kind == NodeKind::Constant ? "constant" : ops::op_name(n->op);
+    label += "\\n" + std::string(dtype_name(n->outs[0].dtype)) + shape_str(n->outs[0].shape);
+    os << "  n" << i << " [label=\"%" << i << " " << label << "\"" << (n->kind == NodeKind::Data ? ", style=filled" : "") << "];\n";
+    for (const Value& v : n->operands)
+      if (v.node) os << "  n" << index.at(v.node.get()) << " -> n" << i << ";\n";
+  }
+  for (size_t j = 0; j < outputs.size(); ++j)
+    os << "  out" << j << " [shape=ellipse, label=\"output " << j << "\"];\n  n" << outputs[j].first << " -> out" << j << ";\n";
+  os << "}\n";
+  return os.str();
+}
+
+}  // namespace axle::lazy

@@ -1,0 +1,25 @@
+// A cut of the lazy IR: the nodes the roots need, in topological order.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "lazy/ir.h"
+
+namespace axle::lazy {
+
+struct Graph {
+  std::vector<Node*> nodes;                   ///< topological order
+  std::vector<int> inputs;                    ///< node indices of Data nodes, in order of first use
+  std::vector<std::pair<int, int>> outputs;   ///< (node index, output index) per root
+  uint64_t hash = 0;                          ///< structure + attrs + shapes + dtypes, never data
+  /// One node per line, `%3 = linear(%0, %1, _) : float32[128, 256]`.
+  std::string text() const;
+  /// Graphviz form.
+  std::string dot(const std::string& name) const;
+};
+
+/// Builds the graph that computes `roots` (deduplicated by the caller).
+Graph build_graph(const std::vector<Value>& roots);
+
+}  // namespace axle::lazy

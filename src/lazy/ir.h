@@ -1,0 +1,53 @@
+// The lazy IR: nodes recorded by ops on xla tensors, and the per-tensor lazy state.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ops/op.h"
+
+namespace axle::lazy {
+
+struct Node;
+using NodePtr = std::shared_ptr<Node>;
+
+/// One output of a node. A null node stands for an absent optional input.
+struct Value {
+  NodePtr node;
+  int index = 0;
+  explicit operator bool() const { return node != nullptr; }
+};
+
+enum class NodeKind : uint8_t {
+  Op,        ///< an op from ops.def
+  Data,      ///< a graph input: device data (hashed by shape and dtype, never by value)
+  Constant,  ///< a scalar 0, 1 or -1 baked into the graph (other scalars are Data)
+};
+
+struct Node {
+  NodeKind kind = NodeKind::Op;
+  ops::OpKind op{};
+  ops::Attrs attrs;
+  std::vector<Value> operands;
+  std::vector<ops::Meta> outs;
+  Tensor data;        ///< Data: the buffer, a contiguous cpu tensor
+  double scalar = 0;  ///< Constant: its value
+};
+
+/// What an xla tensor holds: pending IR, or materialised device data. Shared by a
+/// tensor and its detached aliases, so materialising one materialises all.
+struct LazyTensor {
+  Value ir;           ///< pending computation; null once materialised
+  Tensor buffer;      ///< device data: a contiguous cpu tensor
+  NodePtr data_node;  ///< the Data node that stands for `buffer` in graphs
+};
+
+/// Records op `k` on xla inputs; returns xla tensors holding its pending outputs.
+ops::Tensors record(ops::OpKind k, const ops::Tensors& in, const ops::Attrs& a, const std::vector<ops::Meta>& metas,
+                    Device dev);
+/// Copies a cpu tensor to the lazy device (counted as TransferToDeviceTime).
+Tensor to_device(const Tensor& cpu_tensor, Device dev);
+/// Materialises (running only what it needs) and copies to cpu (TransferFromDeviceTime).
+Tensor to_cpu(const Tensor& xla_tensor);
+
+}  // namespace axle::lazy

@@ -1,0 +1,293 @@
+// Lazy tensors: recording, the live-tensor registry, transfers, and sync().
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "axle/metrics.h"
+#include "axle/runtime.h"
+#include "backend/cpu/loops.h"
+#include "compiler/disk_cache.h"
+#include "compiler/executable.h"
+#include "lazy/graph.h"
+#include "lazy/ir.h"
+
+namespace axle::lazy {
+namespace {
+
+struct Registry {
+  std::mutex mu;
+  std::vector<std::weak_ptr<LazyTensor>> pending;  ///< tensors created with IR since the last sync
+};
+Registry& registry() {
+  static Registry* r = new Registry();
+  return *r;
+}
+
+struct Cache {
+  std::mutex mu;
+  std::unordered_map<uint64_t, std::shared_ptr<const compiler::Executable>> map;
+};
+Cache& cache() {
+  static Cache* c = new Cache();
+  return *c;
+}
+
+Tensor make_xla(const Shape& shape, DType dtype, Device dev, std::shared_ptr<LazyTensor> lt) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->dtype = dtype;
+  impl->device = dev;
+  impl->shape = shape;
+  impl->strides = contiguous_strides(shape);
+  impl->refresh();
+  impl->lazy = std::move(lt);
+  return Tensor(std::move(impl));
+}
+
+NodePtr data_node_for(LazyTensor& lt, const Shape& shape, DType dtype) {
+  if (!lt.data_node) {
+    auto n = std::make_shared<Node>();
+    n->kind = NodeKind::Data;
+    n->outs = {{shape, dtype}};
+    n->data = lt.buffer;
+    lt.data_node = std::move(n);
+  }
+  return lt.data_node;
+}
+
+Value value_of(const Tensor& t) {
+  if (!t.defined()) return {};
+  TensorImpl* ti = t.impl();
+  if (ti->device.is_cpu()) {
+    // A 0-d cpu scalar: 0 and +-1 are constants; any other value is a graph input,
+    // so a changing learning rate does not change the graph.
+    double v = t.item();
+    auto n = std::make_shared<Node>();
+    n->outs = {{{}, ti->dtype}};
+    if (v == 0.0 || v == 1.0 || v == -1.0) {
+      n->kind = NodeKind::Constant;
+      n->scalar = v;
+    } else {
+      n->kind = NodeKind::Data;
+      n->data = t.contiguous();
+    }
+    return {n, 0};
+  }
+  LazyTensor& lt = *ti->lazy;
+  if (lt.ir) return lt.ir;
+  return {data_node_for(lt, ti->shape, ti->dtype), 0};
+}
+
+void track(const std::shared_ptr<LazyTensor>& lt) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> g(r.mu);
+  r.pending.push_back(lt);
+}
+
+// Runs the graph for `targets` and stores each result in its LazyTensor.
+// --- AXLE_DEBUG / AXLE_SAVE_GRAPHS: explain and save each uncached compile.
+struct Summary {
+  std::vector<std::string> inputs, nodes;
+};
+std::string meta_str(const ops::Meta& m) { return std::string(dtype_name(m.dtype)) + shape_str(m.shape); }
+Summary summarize(const Graph& g) {
+  Summary s;
+  for (int i : g.inputs) s.inputs.push_back(meta_str(g.nodes[size_t(i)]->outs[0]));
+  for (const Node* n : g.nodes) {
+    if (n->kind != NodeKind::Op) continue;
+    std::string d = ops::op_name(n->op);
+    for (const auto& m : n->outs) d += " " + meta_str(m);
+    s.nodes.push_back(d);
+  }
+  return s;
+}
+std::string explain_difference(const Summary& prev, const Summary& cur) {
+  for (size_t i = 0; i < std::min(prev.inputs.size(), cur.inputs.size()); ++i)
+    if (prev.inputs[i] != cur.inputs[i])
+      return "input " + std::to_string(i) + " changed from " + prev.inputs[i] + " to " + cur.inputs[i];
+  if (prev.inputs.size() != cur.inputs.size())
+    return "number of inputs changed from " + std::to_string(prev.inputs.size()) + " to " + std::to_string(cur.inputs.size());
+  for (size_t i = 0; i < std::min(prev.nodes.size(), cur.nodes.size()); ++i)
+    if (prev.nodes[i] != cur.nodes[i]) return "op " + std::to_string(i) + " changed from " + prev.nodes[i] + " to " + cur.nodes[i];
+  if (prev.nodes.size() != cur.nodes.size())
+    return "number of ops changed from " + std::to_string(prev.nodes.size()) + " to " + std::to_string(cur.nodes.size());
+  return "same structure, different attributes or constants";
+}
+bool env_flag(const char* name) {
+  const char* v = std::getenv(name);
+  return v && *v && std::string(v) != "0";
+}
+void on_uncached_compile(const Graph& g, const std::string& name, const char* cause) {
+  static std::mutex mu;
+  static std::map<std::string, Summary> last;
+  std::lock_guard<std::mutex> lock(mu);
+  Summary cur = summarize(g);
+  char hash[17];
+  std::snprintf(hash, sizeof hash, "%016llx", static_cast<unsigned long long>(g.hash));
+  if (env_flag("AXLE_DEBUG")) {
+    std::string why = "first graph of this name";
+    if (auto it = last.find(name); it != last.end()) why = explain_difference(it->second, cur);
+    std::fprintf(stderr, "[axle] compile graph '%s' %s (cause: %s; %zu ops, %zu inputs): %s\n", name.c_str(), hash,
+                 cause, cur.nodes.size(), cur.inputs.size(), why.c_str());
+  }
+  if (const char* dir = std::getenv("AXLE_SAVE_GRAPHS"); dir && *dir) {
+    std::filesystem::create_directories(dir);
+    std::string base = std::string(dir) + "/" + name + "-" + hash;
+    std::ofstream(base + ".txt") << g.text();
+    std::ofstream(base + ".dot") << g.dot(name);
+  }
+  last[name] = std::move(cur);
+}
+
+void execute(const std::vector<std::shared_ptr<LazyTensor>>& targets, const char* cause, const std::string& name) {
+  if (targets.empty()) return;
+  // One root per distinct value; several tensors may share a value.
+  std::vector<Value> roots;
+  std::unordered_map<const Node*, std::vector<std::pair<int, size_t>>> root_of;
+  std::vector<size_t> which(targets.size());
+  for (size_t t = 0; t < targets.size(); ++t) {
+    const Value& v = targets[t]->ir;
+    auto& slots = root_of[v.node.get()];
+    size_t r = roots.size();
+    for (auto [idx, k] : slots)
+      if (idx == v.index) r = k;
+    if (r == roots.size()) {
+      slots.push_back({v.index, r});
+      roots.push_back(v);
+    }
+    which[t] = r;
+  }
+  Graph g = build_graph(roots);
+  std::shared_ptr<const compiler::Executable> ex;
+  {
+    Cache& c = cache();
+    std::lock_guard<std::mutex> lock(c.mu);
+    auto it = c.map.find(g.hash);
+    if (it != c.map.end()) {
+      ex = it->second;
+      metrics::counter_add("CachedCompile");
+    }
+  }
+  if (!ex) {
+    metrics::ScopedTimer t("CompileTime");
+    const std::string dir = compiler::disk_cache_dir();
+    std::optional<compiler::Program> stored;
+    if (!dir.empty()) {
+      stored = compiler::disk_cache_load(dir, g.hash);
+      metrics::counter_add(stored ? "PersistentCacheHit" : "PersistentCacheMiss");
+    }
+    if (stored) {
+      ex = compiler::lower(*stored);
+    } else {
+      compiler::Program p = compiler::Program::from_graph(g);
+      compiler::PassPipeline::standard().run(p);
+      ex = compiler::lower(p);
+      if (!dir.empty()) compiler::disk_cache_store(dir, g.hash, p);
+      metrics::counter_add("UncachedCompile");
+      on_uncached_compile(g, name, cause);
+    }
+    Cache& c = cache();
+    std::lock_guard<std::mutex> lock(c.mu);
+    c.map[g.hash] = ex;
+  }
+  std::vector<Tensor> inputs;
+  inputs.reserve(g.inputs.size());
+  for (int i : g.inputs) inputs.push_back(g.nodes[size_t(i)]->data);
+  std::vector<Tensor> results;
+  {
+    metrics::ScopedTimer t("ExecuteTime");
+    results = ex->run(inputs);
+  }
+  for (size_t t = 0; t < targets.size(); ++t) {
+    targets[t]->buffer = results[which[t]];
+    targets[t]->ir = {};
+    targets[t]->data_node.reset();
+  }
+}
+
+}  // namespace
+
+ops::Tensors record(ops::OpKind k, const ops::Tensors& in, const ops::Attrs& a, const std::vector<ops::Meta>& metas,
+                    Device dev) {
+  auto n = std::make_shared<Node>();
+  n->kind = NodeKind::Op;
+  n->op = k;
+  n->attrs = a;
+  n->outs = metas;
+  n->operands.reserve(in.size());
+  for (const Tensor& t : in) n->operands.push_back(value_of(t));
+  ops::Tensors out;
+  out.reserve(metas.size());
+  for (size_t j = 0; j < metas.size(); ++j) {
+    auto lt = std::make_shared<LazyTensor>();
+    lt->ir = {n, int(j)};
+    track(lt);
+    out.push_back(make_xla(metas[j].shape, metas[j].dtype, dev, std::move(lt)));
+  }
+  metrics::counter_add("CreateXlaTensor", int64_t(metas.size()));
+  return out;
+}
+
+Tensor to_device(const Tensor& t, Device dev) {
+  metrics::ScopedTimer timer("TransferToDeviceTime");
+  auto lt = std::make_shared<LazyTensor>();
+  Tensor buf = make_tensor(t.shape(), t.dtype());
+  cpu::copy_into(buf, t);
+  lt->buffer = buf;
+  metrics::counter_add("CreateXlaTensor");
+  return make_xla(t.shape(), t.dtype(), dev, std::move(lt));
+}
+
+Tensor to_cpu(const Tensor& t) {
+  auto lt = t.impl()->lazy;
+  if (lt->ir) execute({lt}, "value read", "step");
+  metrics::ScopedTimer timer("TransferFromDeviceTime");
+  Tensor out = make_tensor(t.shape(), t.dtype());
+  cpu::copy_into(out, lt->buffer);
+  return out;
+}
+
+void sync_all(const char* cause) {
+  std::vector<std::shared_ptr<LazyTensor>> targets;
+  {
+    Registry& r = registry();
+    std::lock_guard<std::mutex> g(r.mu);
+    for (auto& w : r.pending)
+      if (auto lt = w.lock(); lt && lt->ir) targets.push_back(std::move(lt));
+    r.pending.clear();
+  }
+  execute(targets, cause, "step");
+}
+
+}  // namespace axle::lazy
+
+namespace axle {
+
+Device device() { return Device{DeviceType::XLA, 0}; }
+
+namespace {
+void mark_step(const char* cause) {
+  metrics::counter_add("MarkStep");
+  lazy::sync_all(cause);
+}
+}  // namespace
+
+void sync() { mark_step("user sync"); }
+
+StepGuard::StepGuard() : uncaught_(std::uncaught_exceptions()) { mark_step("step start"); }
+
+StepGuard::~StepGuard() noexcept(false) {
+  if (std::uncaught_exceptions() > uncaught_) {
+    // Unwinding: still cut the step, but never throw a second exception.
+    try { mark_step("step end (unwinding)"); } catch (...) {}
+    return;
+  }
+  mark_step("step end");
+}
+
+}  // namespace axle
