@@ -116,3 +116,41 @@ TEST(Passes, TextFormIsStable) {
                       "%3 = exp(%2) : float32[2]\nreturn %3\n");
   axle::sync();
 }
+
+TEST(Passes, ElementwiseFusionMakesOnePassAndKeepsValues) {
+  manual_seed(5);
+  Tensor p0 = randn({300, 70}), g0 = randn({300, 70}), b0 = randn({300, 70});
+  Tensor p = p0.to(device()), g = g0.to(device()), buf = b0.to(device());
+  // An SGD-momentum update plus a relu-backward style mask: mixed dtypes, scalars, two outputs.
+  Tensor nb = add(mul(buf, 0.9), g);
+  Tensor np = sub(p, mul(nb, 0.01));
+  Tensor masked = mul(np, gt(np, 0.0));
+  Program prog = trace({nb, masked});
+  PassPipeline::standard().run(prog);
+  EXPECT_EQ(count_op(prog, ops::OpKind::FusedElementwise), 1) << prog.text();
+  EXPECT_EQ(prog.op_count(), 1) << prog.text();
+  // Same values as eager cpu.
+  Tensor enb = add(mul(b0, 0.9), g0);
+  Tensor enp = sub(p0, mul(enb, 0.01));
+  Tensor emasked = mul(enp, gt(enp, 0.0));
+  EXPECT_EQ(nb.cpu().to_vector<float>(), enb.to_vector<float>());
+  EXPECT_EQ(masked.cpu().to_vector<float>(), emasked.to_vector<float>());
+}
+
+TEST(Passes, FusionRespectsBroadcastAndOrder) {
+  // A bias-shaped operand is not fused (it broadcasts), and a value that leaves the group
+  // through a matmul and comes back does not create a cycle.
+  Tensor x = randn({8, 8}).to(device()), bias = randn({8}).to(device());
+  Tensor a = exp(x);
+  Tensor b = matmul(a, x);
+  Tensor c = add(mul(a, 2.0), b);
+  Tensor d = add(c, bias);
+  Program prog = trace({d});
+  PassPipeline::standard().run(prog);
+  prog.verify();
+  Tensor xe = x.cpu(), be = bias.cpu();
+  Tensor ae = exp(xe);
+  Tensor de = add(add(mul(ae, 2.0), matmul(ae, xe)), be);
+  auto got = d.cpu().to_vector<float>(), want = de.to_vector<float>();
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5 * (1 + std::abs(want[i])));
+}

@@ -56,6 +56,26 @@ void Program::compact() {
   nodes = std::move(kept);
 }
 
+void Program::hoist_leaves() {
+  std::vector<int> order;
+  for (size_t i = 0; i < nodes.size(); ++i)
+    if (nodes[i].kind != lazy::NodeKind::Op) order.push_back(int(i));
+  for (size_t i = 0; i < nodes.size(); ++i)
+    if (nodes[i].kind == lazy::NodeKind::Op) order.push_back(int(i));
+  std::vector<int> remap(nodes.size());
+  std::vector<PNode> sorted;
+  sorted.reserve(nodes.size());
+  for (int i : order) {
+    remap[size_t(i)] = int(sorted.size());
+    sorted.push_back(std::move(nodes[size_t(i)]));
+  }
+  for (PNode& n : sorted)
+    for (Ref& r : n.operands)
+      if (r.node >= 0) r.node = remap[size_t(r.node)];
+  for (Ref& r : outputs) r.node = remap[size_t(r.node)];
+  nodes = std::move(sorted);
+}
+
 int Program::op_count() const {
   int c = 0;
   for (const PNode& n : nodes) c += !n.dead && n.kind == lazy::NodeKind::Op;
@@ -142,7 +162,8 @@ PassPipeline PassPipeline::standard() {
   pp.add(make_constant_folding_pass())
       .add(make_algebraic_simplification_pass())
       .add(make_cse_pass())
-      .add(make_dce_pass());
+      .add(make_dce_pass())
+      .add(make_fusion_pass());
   return pp;
 }
 

@@ -38,6 +38,9 @@ struct Program {
   void replace_uses(Ref from, Ref to);
   /// Drops dead nodes and renumbers references.
   void compact();
+  /// Moves inputs and constants (nodes without operands) to the front, keeping the
+  /// order of everything else, so any node may use them.
+  void hoist_leaves();
   /// Number of live Op nodes.
   int op_count() const;
   /// Text form, one node per line: `%2 = mul(%0, %1) : float32[4]`.
@@ -59,7 +62,7 @@ class PassPipeline {
  public:
   PassPipeline& add(std::unique_ptr<Pass> p);
   void run(Program& p) const;
-  /// The default pipeline: fold constants, simplify, CSE, DCE.
+  /// The default pipeline: fold constants, simplify, CSE, DCE, elementwise fusion.
   static PassPipeline standard();
 
  private:
@@ -70,5 +73,6 @@ std::unique_ptr<Pass> make_dce_pass();
 std::unique_ptr<Pass> make_cse_pass();
 std::unique_ptr<Pass> make_constant_folding_pass();
 std::unique_ptr<Pass> make_algebraic_simplification_pass();
+std::unique_ptr<Pass> make_fusion_pass();
 
 }  // namespace axle::compiler

@@ -51,9 +51,22 @@ bool is_compare(OpKind k) {
 }
 
 // ------------------------------------------------------------------ unary
-template <class T, class R, class F>
-void unary_run(const cpu::TensorIter& it, F f) {
-  it.run([f](char** p, const int64_t* s, int64_t n) {
+// A kernel body runs either over a TensorIter (eager) or on one raw run of
+// pointers (the fused-elementwise kernel's tiles).
+struct IterExec {
+  const cpu::TensorIter& it;
+  template <class K> void operator()(K&& k) const { it.run(k); }
+};
+struct RawExec {
+  char** p;
+  const int64_t* s;
+  int64_t n;
+  template <class K> void operator()(K&& k) const { k(p, s, n); }
+};
+
+template <class T, class R, class Exec, class F>
+void unary_run(const Exec& ex, F f) {
+  ex([f](char** p, const int64_t* s, int64_t n) {
     R* o = reinterpret_cast<R*>(p[0]);
     const T* a = reinterpret_cast<const T*>(p[1]);
     if (s[0] == sizeof(R) && s[1] == sizeof(T)) {
@@ -68,8 +81,8 @@ void unary_run(const cpu::TensorIter& it, F f) {
 constexpr float kInvSqrt2 = 0.70710678118654752f;
 constexpr float kInvSqrt2Pi = 0.39894228040143268f;
 
-template <class T>
-void unary_typed(OpKind k, const cpu::TensorIter& it) {
+template <class T, class Exec>
+void unary_typed(OpKind k, const Exec& it) {
   switch (k) {
     case OpKind::Neg: unary_run<T, T>(it, [](T x) { return T(-x); }); return;
     case OpKind::Abs: unary_run<T, T>(it, [](T x) { return x < T(0) ? T(-x) : x; }); return;
@@ -110,14 +123,14 @@ Tensors unary_cpu(const Tensors& in, const Attrs&, const std::vector<Meta>& m) {
   Tensor x = in[0].dtype() == m[0].dtype ? in[0] : cpu::cast_cpu(in[0], m[0].dtype);
   Tensor out = make_tensor(m[0].shape, m[0].dtype);
   cpu::TensorIter it(out, {&x});
-  AXLE_SWITCH_TYPES(m[0].dtype, op_name(K), unary_typed<T>(K, it));
+  AXLE_SWITCH_TYPES(m[0].dtype, op_name(K), unary_typed<T>(K, IterExec{it}));
   return {out};
 }
 
 // ------------------------------------------------------------------ binary
-template <class T, class R, class F>
-void binary_run(const cpu::TensorIter& it, F f) {
-  it.run([f](char** p, const int64_t* s, int64_t n) {
+template <class T, class R, class Exec, class F>
+void binary_run(const Exec& ex, F f) {
+  ex([f](char** p, const int64_t* s, int64_t n) {
     R* o = reinterpret_cast<R*>(p[0]);
     const T* a = reinterpret_cast<const T*>(p[1]);
     const T* b = reinterpret_cast<const T*>(p[2]);
@@ -138,8 +151,8 @@ void binary_run(const cpu::TensorIter& it, F f) {
   });
 }
 
-template <class T>
-void binary_typed(OpKind k, const cpu::TensorIter& it) {
+template <class T, class Exec>
+void binary_typed(OpKind k, const Exec& it) {
   switch (k) {
     case OpKind::Add: binary_run<T, T>(it, [](T x, T y) { return T(x + y); }); return;
     case OpKind::Sub: binary_run<T, T>(it, [](T x, T y) { return T(x - y); }); return;
@@ -192,7 +205,7 @@ Tensors binary_cpu(const Tensors& in, const Attrs&, const std::vector<Meta>& m) 
   Tensor b = in[1].dtype() == ct ? in[1] : cpu::cast_cpu(in[1], ct);
   Tensor out = make_tensor(m[0].shape, m[0].dtype);
   cpu::TensorIter it(out, {&a, &b});
-  AXLE_SWITCH_TYPES(ct, op_name(K), binary_typed<T>(K, it));
+  AXLE_SWITCH_TYPES(ct, op_name(K), binary_typed<T>(K, IterExec{it}));
   return {out};
 }
 
@@ -206,18 +219,23 @@ std::vector<Meta> where_infer(const Tensors& in, const Attrs&) {
   return {{s, promote(in[1].dtype(), in[2].dtype())}};
 }
 
+template <class T, class Exec>
+void where_typed(const Exec& ex) {
+  ex([](char** p, const int64_t* s, int64_t n) {
+    for (int64_t i = 0; i < n; ++i)
+      *reinterpret_cast<T*>(p[0] + i * s[0]) = *reinterpret_cast<const uint8_t*>(p[1] + i * s[1])
+                                                  ? *reinterpret_cast<const T*>(p[2] + i * s[2])
+                                                  : *reinterpret_cast<const T*>(p[3] + i * s[3]);
+  });
+}
+
 Tensors where_cpu(const Tensors& in, const Attrs&, const std::vector<Meta>& m) {
   DType ct = m[0].dtype;
   Tensor c = in[0], a = in[1].dtype() == ct ? in[1] : cpu::cast_cpu(in[1], ct);
   Tensor b = in[2].dtype() == ct ? in[2] : cpu::cast_cpu(in[2], ct);
   Tensor out = make_tensor(m[0].shape, ct);
   cpu::TensorIter it(out, {&c, &a, &b});
-  AXLE_SWITCH_TYPES(ct, "where", it.run([](char** p, const int64_t* s, int64_t n) {
-    for (int64_t i = 0; i < n; ++i)
-      *reinterpret_cast<T*>(p[0] + i * s[0]) = *reinterpret_cast<const uint8_t*>(p[1] + i * s[1])
-                                                  ? *reinterpret_cast<const T*>(p[2] + i * s[2])
-                                                  : *reinterpret_cast<const T*>(p[3] + i * s[3]);
-  }));
+  AXLE_SWITCH_TYPES(ct, "where", where_typed<T>(IterExec{it}));
   return {out};
 }
 
@@ -318,6 +336,44 @@ Tensors vjp_where(const VjpArgs& v) {
 }
 
 }  // namespace
+
+bool is_elementwise(OpKind k) {
+  switch (k) {
+#define AXLE_EW(K) case OpKind::K:
+    AXLE_EW(Neg) AXLE_EW(Exp) AXLE_EW(Log) AXLE_EW(Sqrt) AXLE_EW(Rsqrt) AXLE_EW(Abs) AXLE_EW(Relu) AXLE_EW(Gelu)
+    AXLE_EW(GeluBackward) AXLE_EW(Sigmoid) AXLE_EW(Tanh) AXLE_EW(Cast) AXLE_EW(Add) AXLE_EW(Sub) AXLE_EW(Mul)
+    AXLE_EW(Div) AXLE_EW(Pow) AXLE_EW(Maximum) AXLE_EW(Minimum) AXLE_EW(Eq) AXLE_EW(Ne) AXLE_EW(Lt) AXLE_EW(Le)
+    AXLE_EW(Gt) AXLE_EW(Ge) AXLE_EW(Where)
+#undef AXLE_EW
+    return true;
+    default: return false;
+  }
+}
+
+DType elementwise_compute_dtype(OpKind k, const std::vector<DType>& in) {
+  if (k == OpKind::Where) return promote(in[1], in[2]);
+  if (k == OpKind::Cast) return in[0];
+  if (in.size() == 1) return unary_dtype(k, in[0]);
+  return binary_compute_dtype(k, in[0], in[1]);
+}
+
+void elementwise_raw(OpKind k, DType ct, char** p, const int64_t* s, int64_t n) {
+  RawExec ex{p, s, n};
+  if (k == OpKind::Where) {
+    AXLE_SWITCH_TYPES(ct, "where", where_typed<T>(ex));
+  } else if (k == OpKind::Cast) {
+    AXLE_FAIL("[fused] internal: casts run through cpu::cast_raw");
+  } else {
+    switch (k) {
+      case OpKind::Neg: case OpKind::Exp: case OpKind::Log: case OpKind::Sqrt: case OpKind::Rsqrt:
+      case OpKind::Abs: case OpKind::Relu: case OpKind::Gelu: case OpKind::Sigmoid: case OpKind::Tanh:
+        AXLE_SWITCH_TYPES(ct, op_name(k), unary_typed<T>(k, ex));
+        break;
+      default:
+        AXLE_SWITCH_TYPES(ct, op_name(k), binary_typed<T>(k, ex));
+    }
+  }
+}
 
 #define AXLE_UNARY(K, VJP) AXLE_REGISTER_OP(K, {.infer = unary_infer<OpKind::K>, .cpu = unary_cpu<OpKind::K>, .vjp = VJP})
 AXLE_UNARY(Neg, vjp_neg);

@@ -71,6 +71,13 @@ Tensor sum_to(const Tensor& g, const Shape& shape);
 namespace axle::ops {
 /// Broadcast result shape of two shapes (numpy rules); `op` names the caller in errors.
 Shape broadcast_shape(const Shape& a, const Shape& b, const char* op);
+/// True for the ops the fused-elementwise kernel can run (unary, binary, where, cast).
+bool is_elementwise(OpKind k);
+/// The dtype an elementwise op computes in, given its operand dtypes.
+DType elementwise_compute_dtype(OpKind k, const std::vector<DType>& in);
+/// Runs elementwise op `k` (not Cast) on one run of n elements: p[0] = out, p[1..] = operands
+/// (already in `compute` dtype), s = byte strides (0 broadcasts).
+void elementwise_raw(OpKind k, DType compute, char** p, const int64_t* s, int64_t n);
 /// Checks a tensor is defined, naming the op and the argument.
 void check_defined(const Tensor& t, const char* op, const char* arg);
 }  // namespace axle::ops

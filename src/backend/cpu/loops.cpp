@@ -97,6 +97,17 @@ void cast_from(DType from, char** p, const int64_t* s, int64_t n) {
 }
 }  // namespace
 
+void cast_raw(DType from, DType t, char** p, const int64_t* s, int64_t n) {
+  switch (t) {
+    case DType::Float32: cast_from<float>(from, p, s, n); break;
+    case DType::Int64: cast_from<int64_t>(from, p, s, n); break;
+    case DType::Int32: cast_from<int32_t>(from, p, s, n); break;
+    case DType::Bool: cast_from<bool>(from, p, s, n); break;
+    case DType::UInt8: cast_from<uint8_t>(from, p, s, n); break;
+    default: AXLE_FAIL("[cast] dtype ", t, " is not supported on cpu yet");
+  }
+}
+
 Tensor cast_cpu(const Tensor& x, DType t) {
   Tensor out = make_tensor(x.shape(), t, x.device());
   if (x.dtype() == t) {
@@ -105,16 +116,7 @@ Tensor cast_cpu(const Tensor& x, DType t) {
   }
   TensorIter it(out, {&x});
   DType from = x.dtype();
-  it.run([from, t](char** p, const int64_t* s, int64_t n) {
-    switch (t) {
-      case DType::Float32: cast_from<float>(from, p, s, n); break;
-      case DType::Int64: cast_from<int64_t>(from, p, s, n); break;
-      case DType::Int32: cast_from<int32_t>(from, p, s, n); break;
-      case DType::Bool: cast_from<bool>(from, p, s, n); break;
-      case DType::UInt8: cast_from<uint8_t>(from, p, s, n); break;
-      default: AXLE_FAIL("[cast] dtype ", t, " is not supported on cpu yet");
-    }
-  });
+  it.run([from, t](char** p, const int64_t* s, int64_t n) { cast_raw(from, t, p, s, n); });
   return out;
 }
 

@@ -41,6 +41,8 @@ struct TensorIter {
 void copy_into(const Tensor& dst, const Tensor& src);
 /// Converts dtype (cpu, no autograd).
 Tensor cast_cpu(const Tensor& x, DType t);
+/// Converts n elements from `from` to `to`: p[0] = out, p[1] = in, byte strides s.
+void cast_raw(DType from, DType to, char** p, const int64_t* s, int64_t n);
 /// Contiguous cpu tensor with dtype `t` (a cast and/or copy only if needed; no autograd).
 Tensor contiguous_as(const Tensor& x, DType t);
 

@@ -1,0 +1,152 @@
+// Elementwise fusion: maximal groups of elementwise ops over one iteration shape
+// become a single FusedElementwise node (see src/ops/fused.cpp), run as one pass
+// over memory. Inputs of a group are values of that shape or single elements.
+#include <algorithm>
+#include <map>
+
+#include "compiler/program.h"
+
+namespace axle::compiler {
+namespace {
+
+using lazy::NodeKind;
+using ops::OpKind;
+
+struct Group {
+  int first = 0;               // position the fused node takes
+  std::vector<int> members;    // in topological order
+  Shape shape;
+};
+
+class FusionPass final : public Pass {
+ public:
+  const char* name() const override { return "elementwise-fusion"; }
+
+  bool run(Program& p) override {
+    const size_t n = p.nodes.size();
+    std::vector<int> group_of(n, -1);
+    std::vector<Group> groups;
+    // Where a value becomes available: inputs and constants from the start, a fused value
+    // where its group runs, anything else where it stands.
+    auto avail = [&](int node) {
+      if (p.nodes[size_t(node)].kind != NodeKind::Op) return -1;
+      return group_of[size_t(node)] >= 0 ? groups[size_t(group_of[size_t(node)])].first : node;
+    };
+    auto meta = [&](const Ref& r) -> const ops::Meta& { return p.nodes[size_t(r.node)].outs[size_t(r.index)]; };
+
+    for (size_t i = 0; i < n; ++i) {
+      const PNode& nd = p.nodes[i];
+      if (nd.dead || nd.kind != NodeKind::Op || !ops::is_elementwise(nd.op) || nd.outs.size() != 1) continue;
+      const Shape& s = nd.outs[0].shape;
+      if (shape_numel(s) == 0) continue;
+      bool ok = true;
+      for (const Ref& r : nd.operands) {
+        const ops::Meta& m = meta(r);
+        ok = ok && r.node >= 0 && (m.shape == s || shape_numel(m.shape) == 1);
+      }
+      if (!ok) continue;
+      // Join the group of an operand's producer when every other operand is ready before that group starts.
+      int join = -1;
+      for (const Ref& r : nd.operands) {
+        int g = group_of[size_t(r.node)];
+        if (g < 0 || groups[size_t(g)].shape != s) continue;
+        bool legal = true;
+        for (const Ref& o : nd.operands)
+          if (group_of[size_t(o.node)] != g && avail(o.node) >= groups[size_t(g)].first) legal = false;
+        if (legal) { join = g; break; }
+      }
+      if (join < 0) {
+        join = int(groups.size());
+        groups.push_back({int(i), {}, s});
+      }
+      groups[size_t(join)].members.push_back(int(i));
+      group_of[i] = join;
+    }
+
+    // Who uses each node (to find group outputs).
+    std::vector<std::vector<int>> users(n);
+    for (size_t i = 0; i < n; ++i)
+      if (!p.nodes[i].dead)
+        for (const Ref& r : p.nodes[i].operands)
+          if (r.node >= 0) users[size_t(r.node)].push_back(int(i));
+    std::vector<bool> is_program_output(n, false);
+    for (const Ref& r : p.outputs) is_program_output[size_t(r.node)] = true;
+
+    bool changed = false;
+    for (size_t gi = 0; gi < groups.size(); ++gi) {
+      const Group& g = groups[gi];
+      if (g.members.size() < 2) continue;
+      std::map<int, int64_t> local;       // member node -> op index
+      std::vector<Ref> externals;         // fused node operands
+      std::vector<int> outputs;           // member nodes whose values leave the group
+      std::vector<int64_t> prog;
+      prog.push_back(int64_t(g.shape.size()));
+      prog.insert(prog.end(), g.shape.begin(), g.shape.end());
+      std::vector<int64_t> ops_part;
+      auto ext_index = [&](const Ref& r) {
+        for (size_t k = 0; k < externals.size(); ++k)
+          if (externals[k] == r) return int64_t(k);
+        externals.push_back(r);
+        return int64_t(externals.size() - 1);
+      };
+      int64_t op_count = 0;
+      for (int m : g.members) {
+        const PNode& nd = p.nodes[size_t(m)];
+        std::vector<DType> in_types;
+        for (const Ref& r : nd.operands) in_types.push_back(meta(r).dtype);
+        const DType compute = ops::elementwise_compute_dtype(nd.op, in_types);
+        std::vector<int64_t> refs;
+        for (size_t k = 0; k < nd.operands.size(); ++k) {
+          const Ref& r = nd.operands[k];
+          int64_t ref = group_of[size_t(r.node)] == int(gi) ? local.at(r.node) : -(ext_index(r) + 1);
+          // Operands must arrive in the compute dtype (where's condition stays bool).
+          const bool is_cond = nd.op == OpKind::Where && k == 0;
+          if (nd.op != OpKind::Cast && !is_cond && in_types[k] != compute) {
+            ops_part.insert(ops_part.end(), {int64_t(OpKind::Cast), int64_t(compute), int64_t(in_types[k]), 1, ref});
+            ref = op_count++;
+          }
+          refs.push_back(ref);
+        }
+        ops_part.insert(ops_part.end(), {int64_t(nd.op), int64_t(nd.outs[0].dtype), int64_t(compute), int64_t(refs.size())});
+        ops_part.insert(ops_part.end(), refs.begin(), refs.end());
+        local[m] = op_count++;
+        bool leaves = is_program_output[size_t(m)];
+        for (int u : users[size_t(m)]) leaves = leaves || group_of[size_t(u)] != int(gi);
+        if (leaves) outputs.push_back(m);
+      }
+      prog.push_back(int64_t(externals.size()));
+      for (const Ref& r : externals) {
+        const ops::Meta& m = meta(r);
+        prog.push_back(int64_t(m.dtype));
+        prog.push_back(m.shape == g.shape ? 0 : 1);
+      }
+      prog.push_back(op_count);
+      prog.insert(prog.end(), ops_part.begin(), ops_part.end());
+      prog.push_back(int64_t(outputs.size()));
+      for (int m : outputs) prog.push_back(local.at(m));
+
+      PNode fused;
+      fused.kind = NodeKind::Op;
+      fused.op = OpKind::FusedElementwise;
+      fused.attrs.ints = std::move(prog);
+      fused.operands = externals;
+      for (int m : outputs) fused.outs.push_back(p.nodes[size_t(m)].outs[0]);
+      // Point users at placeholders first, then at the fused node's outputs.
+      const int placeholder = int(p.nodes.size()) + 1000000;
+      for (size_t k = 0; k < outputs.size(); ++k) p.replace_uses({outputs[k], 0}, {placeholder, int(k)});
+      for (int m : g.members) p.nodes[size_t(m)].dead = true;
+      p.nodes[size_t(g.first)] = std::move(fused);
+      for (size_t k = 0; k < outputs.size(); ++k) p.replace_uses({placeholder, int(k)}, {g.first, int(k)});
+      changed = true;
+    }
+    // A fused node may use an input that stood after its first member.
+    if (changed) p.hoist_leaves();
+    return changed;
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Pass> make_fusion_pass() { return std::make_unique<FusionPass>(); }
+
+}  // namespace axle::compiler

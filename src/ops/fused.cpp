@@ -1,0 +1,136 @@
+// FusedElementwise: a chain of elementwise ops run in one pass over memory.
+// The compiler's fusion pass builds it; the kernel walks the data in tiles that
+// stay in L1, running each op's vectorized loop on the tile, so intermediate
+// values never touch main memory.
+//
+// Program (Attrs::ints):
+//   ndim, dims...                           iteration shape S
+//   n_in, (dtype, is_scalar) * n_in         inputs: shape S, or one element (broadcast)
+//   n_ops, per op: kind, out_dtype, compute_dtype, n_operands, refs...
+//                                           ref >= 0: op index; ref < 0: input -(ref+1)
+//   n_out, op index * n_out                 which op results are outputs
+#include <omp.h>
+
+#include "backend/cpu/loops.h"
+#include "ops/op.h"
+
+namespace axle::ops {
+namespace {
+
+struct FOp {
+  OpKind kind;
+  DType out, compute;
+  std::vector<int64_t> refs;
+};
+struct FProgram {
+  Shape shape;
+  std::vector<std::pair<DType, bool>> inputs;
+  std::vector<FOp> ops;
+  std::vector<int64_t> outputs;
+};
+
+FProgram parse(const Attrs& a) {
+  const auto& v = a.ints;
+  size_t i = 0;
+  auto next = [&]() -> int64_t {
+    AXLE_CHECK(i < v.size(), "[fused_elementwise] malformed program");
+    return v[i++];
+  };
+  FProgram p;
+  int64_t nd = next();
+  for (int64_t d = 0; d < nd; ++d) p.shape.push_back(next());
+  int64_t nin = next();
+  for (int64_t k = 0; k < nin; ++k) {
+    DType t = DType(next());
+    bool scalar = next() != 0;
+    p.inputs.push_back({t, scalar});
+  }
+  int64_t nops = next();
+  for (int64_t k = 0; k < nops; ++k) {
+    FOp op;
+    op.kind = OpKind(next());
+    op.out = DType(next());
+    op.compute = DType(next());
+    int64_t nr = next();
+    for (int64_t r = 0; r < nr; ++r) op.refs.push_back(next());
+    p.ops.push_back(std::move(op));
+  }
+  int64_t nout = next();
+  for (int64_t k = 0; k < nout; ++k) p.outputs.push_back(next());
+  return p;
+}
+
+std::vector<Meta> fused_infer(const Tensors& in, const Attrs& a) {
+  FProgram p = parse(a);
+  AXLE_CHECK(in.size() == p.inputs.size(), "[fused_elementwise] expected ", p.inputs.size(), " inputs, got ",
+             in.size());
+  std::vector<Meta> out;
+  for (int64_t o : p.outputs) out.push_back({p.shape, p.ops[size_t(o)].out});
+  return out;
+}
+
+constexpr int64_t kTile = 1024;
+
+Tensors fused_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>& m) {
+  const FProgram p = parse(a);
+  const int64_t numel = shape_numel(p.shape);
+  Tensors inputs;
+  for (size_t k = 0; k < in.size(); ++k) {
+    const bool scalar = p.inputs[k].second;
+    AXLE_CHECK(scalar ? in[k].numel() == 1 : in[k].numel() == numel, "[fused_elementwise] input ", k,
+               " has the wrong size");
+    inputs.push_back(cpu::contiguous_as(in[k], p.inputs[k].first));
+  }
+  Tensors outs;
+  std::vector<int> out_of(p.ops.size(), -1);
+  for (size_t k = 0; k < p.outputs.size(); ++k) {
+    outs.push_back(make_tensor(m[k].shape, m[k].dtype));
+    out_of[size_t(p.outputs[k])] = int(k);
+  }
+  const int64_t ntiles = (numel + kTile - 1) / kTile;
+  const size_t nops = p.ops.size();
+#pragma omp parallel if (numel >= 4 * kTile)
+  {
+    std::vector<char> scratch(nops * size_t(kTile) * 8);
+    std::vector<char*> base(nops);
+    std::vector<int64_t> isz(nops);
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < ntiles; ++t) {
+      const int64_t start = t * kTile, n = std::min(kTile, numel - start);
+      for (size_t i = 0; i < nops; ++i) {
+        const FOp& op = p.ops[i];
+        isz[i] = int64_t(itemsize(op.out));
+        base[i] = out_of[i] >= 0 ? outs[size_t(out_of[i])].impl()->data() + start * isz[i]
+                                 : scratch.data() + i * size_t(kTile) * 8;
+        char* ptrs[4] = {base[i], nullptr, nullptr, nullptr};
+        int64_t strides[4] = {isz[i], 0, 0, 0};
+        for (size_t r = 0; r < op.refs.size(); ++r) {
+          int64_t ref = op.refs[r];
+          if (ref >= 0) {
+            ptrs[r + 1] = base[size_t(ref)];
+            strides[r + 1] = isz[size_t(ref)];
+          } else {
+            const size_t k = size_t(-(ref + 1));
+            const int64_t s = int64_t(itemsize(p.inputs[k].first));
+            const bool scalar = p.inputs[k].second;
+            ptrs[r + 1] = inputs[k].impl()->data() + (scalar ? 0 : start * s);
+            strides[r + 1] = scalar ? 0 : s;
+          }
+        }
+        if (op.kind == OpKind::Cast) {
+          DType from = op.refs[0] >= 0 ? p.ops[size_t(op.refs[0])].out : p.inputs[size_t(-(op.refs[0] + 1))].first;
+          cpu::cast_raw(from, op.out, ptrs, strides, n);
+        } else {
+          elementwise_raw(op.kind, op.compute, ptrs, strides, n);
+        }
+      }
+    }
+  }
+  return outs;
+}
+
+}  // namespace
+
+AXLE_REGISTER_OP(FusedElementwise, {.infer = fused_infer, .cpu = fused_cpu, .vjp = nullptr});
+
+}  // namespace axle::ops
