@@ -3,6 +3,7 @@
 #include <unordered_map>
 
 #include "axle/autograd.h"
+#include "axle/metrics.h"
 #include "backend/cpu/loops.h"
 
 namespace axle::compiler {
@@ -54,7 +55,13 @@ std::vector<Tensor> Executable::run(const std::vector<Tensor>& inputs) const {
   for (const Step& st : steps_) {
     in.clear();
     for (int s : st.in) in.push_back(s >= 0 ? slots[size_t(s)] : Tensor());
-    ops::Tensors out = ops::op_def(st.op).cpu(in, st.attrs, st.metas);
+    ops::Tensors out;
+    if (ops::profiling()) [[unlikely]] {
+      metrics::ScopedTimer t(ops::op_timer_name(st.op));
+      out = ops::op_def(st.op).cpu(in, st.attrs, st.metas);
+    } else {
+      out = ops::op_def(st.op).cpu(in, st.attrs, st.metas);
+    }
     for (size_t j = 0; j < st.out.size(); ++j) slots[size_t(st.out[j])] = std::move(out[j]);
     for (int s : st.release) slots[size_t(s)] = Tensor();
   }

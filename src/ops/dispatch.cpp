@@ -1,8 +1,10 @@
 // The dispatcher: one path for every op call. Shape rule -> device kernel -> autograd record.
 #include <array>
+#include <cstdlib>
 #include <cstring>
 
 #include "axle/autograd.h"
+#include "axle/metrics.h"
 #include "axle/ops.h"
 #include "autograd/node.h"
 #include "lazy/ir.h"
@@ -25,7 +27,22 @@ std::array<OpDef, kNumOps>& table() {
 
 thread_local bool g_grad_enabled = true;
 
+const char* const kOpTimerNames[] = {
+#define AXLE_OP(name, str) "op::" str,
+#include "ops/ops.def"
+#undef AXLE_OP
+};
+
 }  // namespace
+
+bool profiling() {
+  static const bool on = [] {
+    const char* v = std::getenv("AXLE_PROFILE");
+    return v && *v && std::string(v) != "0";
+  }();
+  return on;
+}
+const char* op_timer_name(OpKind k) { return kOpTimerNames[size_t(k)]; }
 
 void register_op(OpKind k, const OpDef& d) { table()[size_t(k)] = d; }
 const OpDef& op_def(OpKind k) { return table()[size_t(k)]; }
@@ -51,7 +68,15 @@ Tensors call(OpKind k, const Tensors& in, const Attrs& a) {
                ti->device);
   }
   std::vector<Meta> metas = d.infer(in, a);
-  Tensors out = dev.is_cpu() ? d.cpu(in, a, metas) : lazy::record(k, in, a, metas, dev);
+  Tensors out;
+  if (!dev.is_cpu()) {
+    out = lazy::record(k, in, a, metas, dev);
+  } else if (profiling()) [[unlikely]] {
+    metrics::ScopedTimer t(kOpTimerNames[size_t(k)]);
+    out = d.cpu(in, a, metas);
+  } else {
+    out = d.cpu(in, a, metas);
+  }
   // Outputs are always fresh handles, so autograd never relabels an input.
   for (Tensor& o : out)
     for (const Tensor& i : in)

@@ -121,7 +121,7 @@ std::vector<Meta> unary_infer(const Tensors& in, const Attrs&) {
 template <OpKind K>
 Tensors unary_cpu(const Tensors& in, const Attrs&, const std::vector<Meta>& m) {
   Tensor x = in[0].dtype() == m[0].dtype ? in[0] : cpu::cast_cpu(in[0], m[0].dtype);
-  Tensor out = make_tensor(m[0].shape, m[0].dtype);
+  Tensor out = cpu::empty_like_dense(m[0].shape, m[0].dtype, {&x});
   cpu::TensorIter it(out, {&x});
   AXLE_SWITCH_TYPES(m[0].dtype, op_name(K), unary_typed<T>(K, IterExec{it}));
   return {out};
@@ -157,6 +157,7 @@ void binary_typed(OpKind k, const Exec& it) {
     case OpKind::Add: binary_run<T, T>(it, [](T x, T y) { return T(x + y); }); return;
     case OpKind::Sub: binary_run<T, T>(it, [](T x, T y) { return T(x - y); }); return;
     case OpKind::Mul: binary_run<T, T>(it, [](T x, T y) { return T(x * y); }); return;
+    case OpKind::ReluBackward: binary_run<T, T>(it, [](T g, T y) { return y > T(0) ? g : T(0); }); return;
     case OpKind::Maximum: binary_run<T, T>(it, [](T x, T y) { return x > y || x != x ? x : y; }); return;
     case OpKind::Minimum: binary_run<T, T>(it, [](T x, T y) { return x < y || x != x ? x : y; }); return;
     case OpKind::Eq: binary_run<T, uint8_t>(it, [](T x, T y) { return uint8_t(x == y); }); return;
@@ -203,7 +204,7 @@ Tensors binary_cpu(const Tensors& in, const Attrs&, const std::vector<Meta>& m) 
   DType ct = binary_compute_dtype(K, in[0].dtype(), in[1].dtype());
   Tensor a = in[0].dtype() == ct ? in[0] : cpu::cast_cpu(in[0], ct);
   Tensor b = in[1].dtype() == ct ? in[1] : cpu::cast_cpu(in[1], ct);
-  Tensor out = make_tensor(m[0].shape, m[0].dtype);
+  Tensor out = cpu::empty_like_dense(m[0].shape, m[0].dtype, {&a, &b});
   cpu::TensorIter it(out, {&a, &b});
   AXLE_SWITCH_TYPES(ct, op_name(K), binary_typed<T>(K, IterExec{it}));
   return {out};
@@ -233,7 +234,7 @@ Tensors where_cpu(const Tensors& in, const Attrs&, const std::vector<Meta>& m) {
   DType ct = m[0].dtype;
   Tensor c = in[0], a = in[1].dtype() == ct ? in[1] : cpu::cast_cpu(in[1], ct);
   Tensor b = in[2].dtype() == ct ? in[2] : cpu::cast_cpu(in[2], ct);
-  Tensor out = make_tensor(m[0].shape, ct);
+  Tensor out = cpu::empty_like_dense(m[0].shape, ct, {&a, &b, &c});
   cpu::TensorIter it(out, {&c, &a, &b});
   AXLE_SWITCH_TYPES(ct, "where", where_typed<T>(IterExec{it}));
   return {out};
@@ -272,7 +273,7 @@ Tensors vjp_abs(const VjpArgs& v) {
   Tensor sign = sub(cast(gt(x, 0.0), x.dtype()), cast(lt(x, 0.0), x.dtype()));
   return {mul(v.grad[0], sign)};
 }
-Tensors vjp_relu(const VjpArgs& v) { return {mul(v.grad[0], gt(v.out[0], 0.0))}; }
+Tensors vjp_relu(const VjpArgs& v) { return {call1(OpKind::ReluBackward, {v.grad[0], v.out[0]})}; }
 Tensors vjp_gelu(const VjpArgs& v) { return {call1(OpKind::GeluBackward, {v.grad[0], v.in[0]})}; }
 Tensors vjp_sigmoid(const VjpArgs& v) {
   const Tensor& y = v.out[0];
@@ -340,7 +341,7 @@ Tensors vjp_where(const VjpArgs& v) {
 bool is_elementwise(OpKind k) {
   switch (k) {
 #define AXLE_EW(K) case OpKind::K:
-    AXLE_EW(Neg) AXLE_EW(Exp) AXLE_EW(Log) AXLE_EW(Sqrt) AXLE_EW(Rsqrt) AXLE_EW(Abs) AXLE_EW(Relu) AXLE_EW(Gelu)
+    AXLE_EW(Neg) AXLE_EW(ReluBackward) AXLE_EW(Exp) AXLE_EW(Log) AXLE_EW(Sqrt) AXLE_EW(Rsqrt) AXLE_EW(Abs) AXLE_EW(Relu) AXLE_EW(Gelu)
     AXLE_EW(GeluBackward) AXLE_EW(Sigmoid) AXLE_EW(Tanh) AXLE_EW(Cast) AXLE_EW(Add) AXLE_EW(Sub) AXLE_EW(Mul)
     AXLE_EW(Div) AXLE_EW(Pow) AXLE_EW(Maximum) AXLE_EW(Minimum) AXLE_EW(Eq) AXLE_EW(Ne) AXLE_EW(Lt) AXLE_EW(Le)
     AXLE_EW(Gt) AXLE_EW(Ge) AXLE_EW(Where)
@@ -398,6 +399,7 @@ AXLE_BINARY(Pow, vjp_pow);
 AXLE_BINARY(Maximum, vjp_maximum);
 AXLE_BINARY(Minimum, vjp_minimum);
 AXLE_BINARY(GeluBackward, nullptr);
+AXLE_BINARY(ReluBackward, nullptr);
 AXLE_BINARY(Eq, nullptr);
 AXLE_BINARY(Ne, nullptr);
 AXLE_BINARY(Lt, nullptr);

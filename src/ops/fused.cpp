@@ -74,17 +74,29 @@ constexpr int64_t kTile = 1024;
 Tensors fused_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>& m) {
   const FProgram p = parse(a);
   const int64_t numel = shape_numel(p.shape);
-  Tensors inputs;
+  // Walk memory in order: when every full-size input shares one dense layout (e.g.
+  // channels-last activations), use it as is and lay the outputs out the same way.
+  const Tensor* layout = nullptr;
+  bool same_layout = true;
   for (size_t k = 0; k < in.size(); ++k) {
     const bool scalar = p.inputs[k].second;
     AXLE_CHECK(scalar ? in[k].numel() == 1 : in[k].numel() == numel, "[fused_elementwise] input ", k,
                " has the wrong size");
-    inputs.push_back(cpu::contiguous_as(in[k], p.inputs[k].first));
+    if (scalar) continue;
+    if (!layout) layout = &in[k];
+    else same_layout = same_layout && in[k].strides() == layout->strides();
+  }
+  same_layout = same_layout && layout && cpu::is_dense(*layout);
+  Tensors inputs;
+  for (size_t k = 0; k < in.size(); ++k) {
+    const bool dense_ok = same_layout && !p.inputs[k].second;
+    inputs.push_back(dense_ok ? in[k] : cpu::contiguous_as(in[k], p.inputs[k].first));
   }
   Tensors outs;
   std::vector<int> out_of(p.ops.size(), -1);
   for (size_t k = 0; k < p.outputs.size(); ++k) {
-    outs.push_back(make_tensor(m[k].shape, m[k].dtype));
+    outs.push_back(same_layout ? cpu::empty_like_dense(m[k].shape, m[k].dtype, {layout})
+                               : make_tensor(m[k].shape, m[k].dtype));
     out_of[size_t(p.outputs[k])] = int(k);
   }
   const int64_t ntiles = (numel + kTile - 1) / kTile;

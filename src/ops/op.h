@@ -52,6 +52,10 @@ const OpDef& op_def(OpKind k);
 const char* op_name(OpKind k);
 OpKind op_from_name(const std::string& name);  ///< throws if unknown
 
+/// AXLE_PROFILE=1: each cpu kernel's time goes to the timed metric "op::<name>".
+bool profiling();
+const char* op_timer_name(OpKind k);
+
 /// Runs op `k`: shape rule, device kernel (or lazy trace), autograd record.
 Tensors call(OpKind k, const Tensors& in, const Attrs& a = {});
 inline Tensor call1(OpKind k, const Tensors& in, const Attrs& a = {}) { return call(k, in, a)[0]; }

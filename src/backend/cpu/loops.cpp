@@ -26,10 +26,16 @@ TensorIter::TensorIter(const Tensor& out, std::initializer_list<const Tensor*> i
       st[a][d] = (sd < 0 || ti->shape[size_t(sd)] == 1) ? 0 : ti->strides[size_t(sd)] * isz;
     }
   }
+  // Walk dims in the output's memory order (outermost first), so an output laid out
+  // like its channels-last inputs runs as one flat loop.
+  int order[kMaxDims];
+  for (int d = 0; d < nd; ++d) order[d] = d;
+  std::stable_sort(order, order + nd, [&](int x, int y) { return st[0][x] > st[0][y]; });
   // Drop size-1 dims, merge dims that are contiguous with their inner neighbour for every operand.
   ndim = 0;
   numel = 1;
-  for (int d = 0; d < nd; ++d) {
+  for (int k = 0; k < nd; ++k) {
+    const int d = order[k];
     numel *= os[size_t(d)];
     if (os[size_t(d)] == 1) continue;
     if (ndim > 0) {
@@ -108,8 +114,33 @@ void cast_raw(DType from, DType t, char** p, const int64_t* s, int64_t n) {
   }
 }
 
+bool is_dense(const Tensor& t) {
+  const Shape& sh = t.shape();
+  const Shape& st = t.strides();
+  std::vector<size_t> idx(sh.size());
+  for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
+  std::stable_sort(idx.begin(), idx.end(), [&](size_t a, size_t b) { return st[a] > st[b]; });
+  int64_t expect = 1;
+  for (size_t k = idx.size(); k-- > 0;) {
+    size_t d = idx[k];
+    if (sh[d] == 1) continue;
+    if (st[d] != expect) return false;
+    expect *= sh[d];
+  }
+  return true;
+}
+
+Tensor empty_like_dense(const Shape& shape, DType dt, std::initializer_list<const Tensor*> like) {
+  for (const Tensor* t : like) {
+    if (!t || !t->defined() || t->shape() != shape || t->is_contiguous() || !is_dense(*t)) continue;
+    Tensor base = make_tensor({t->numel()}, dt);
+    return make_view(base, shape, t->strides(), 0);
+  }
+  return make_tensor(shape, dt);
+}
+
 Tensor cast_cpu(const Tensor& x, DType t) {
-  Tensor out = make_tensor(x.shape(), t, x.device());
+  Tensor out = empty_like_dense(x.shape(), t, {&x});
   if (x.dtype() == t) {
     copy_into(out, x);
     return out;
@@ -120,8 +151,9 @@ Tensor cast_cpu(const Tensor& x, DType t) {
   return out;
 }
 
-Tensor contiguous_as(const Tensor& x, DType t) {
-  if (x.dtype() != t) return cast_cpu(x, t);
+Tensor contiguous_as(Tensor x, DType t) {
+  if (x.is_contiguous()) return x.dtype() == t ? x : cast_cpu(x, t);
+  if (x.dtype() != t) x = cast_cpu(x, t);
   if (x.is_contiguous()) return x;
   Tensor out = make_tensor(x.shape(), t, x.device());
   copy_into(out, x);

@@ -39,12 +39,17 @@ struct TensorIter {
 
 /// Copies any strided tensor into a contiguous one of the same dtype.
 void copy_into(const Tensor& dst, const Tensor& src);
-/// Converts dtype (cpu, no autograd).
+/// True if the tensor covers its memory exactly once (any dim order: e.g. channels-last).
+bool is_dense(const Tensor& t);
+/// A new tensor of `shape`: laid out like the first of `like` that has this shape and is
+/// dense but not contiguous (so channels-last stays channels-last), else contiguous.
+Tensor empty_like_dense(const Shape& shape, DType dt, std::initializer_list<const Tensor*> like);
+/// Converts dtype (cpu, no autograd); keeps a dense layout.
 Tensor cast_cpu(const Tensor& x, DType t);
 /// Converts n elements from `from` to `to`: p[0] = out, p[1] = in, byte strides s.
 void cast_raw(DType from, DType to, char** p, const int64_t* s, int64_t n);
 /// Contiguous cpu tensor with dtype `t` (a cast and/or copy only if needed; no autograd).
-Tensor contiguous_as(const Tensor& x, DType t);
+Tensor contiguous_as(Tensor x, DType t);
 
 // ------------------------------------------------------------------ implementation
 template <class F>
