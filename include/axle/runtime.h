@@ -38,4 +38,12 @@ class StepGuard {
 };
 [[nodiscard]] inline StepGuard step() { return StepGuard(); }
 
+namespace experimental {
+/// Eager mode (debugging): each op on an xla tensor runs at once as a one-op graph,
+/// compiled once per op signature and cached; values can be read at any point and
+/// sync() has nothing left to do. compile()d functions still trace whole graphs.
+void eager_mode(bool on);
+bool is_eager_mode();
+}  // namespace experimental
+
 }  // namespace axle

@@ -176,14 +176,14 @@ template bool* Tensor::data<bool>() const;
 double Tensor::item() const {
   AXLE_DEFINED("item");
   AXLE_CHECK(impl_->numel == 1, "[item] expected a tensor with one element, got shape ", shape_str(impl_->shape));
-  Tensor c = cpu();
+  Tensor c = impl_->device.is_cpu() ? *this : lazy::to_cpu(*this, "item");
   return load(c.impl()->data(), c.impl()->dtype);
 }
 
 template <class T>
 std::vector<T> Tensor::to_vector() const {
   AXLE_DEFINED("to_vector");
-  Tensor c = cpu();
+  Tensor c = impl_->device.is_cpu() ? *this : lazy::to_cpu(*this, "to_vector");
   std::vector<T> out;
   out.reserve(size_t(c.numel()));
   DType t = c.dtype();
@@ -201,7 +201,7 @@ Tensor Tensor::to(Device d) const {
   if (d == impl_->device) return *this;
   if (impl_->device.is_cpu()) return lazy::to_device(*this, d);
   AXLE_CHECK(d.is_cpu(), "[to] expected a move between cpu and ", impl_->device, ", got ", impl_->device, " -> ", d);
-  return lazy::to_cpu(*this);
+  return lazy::to_cpu(*this, "to(cpu)");
 }
 
 Tensor Tensor::to(DType t) const {
@@ -302,7 +302,7 @@ Tensor Tensor::relu() const { return axle::relu(*this); }
 // ---------------------------------------------------------------- printing
 std::string Tensor::str() const {
   if (!impl_) return "tensor(undefined)";
-  Tensor c = cpu();
+  Tensor c = impl_->device.is_cpu() ? *this : lazy::to_cpu(*this, "print");
   std::ostringstream os;
   const TensorImpl* t = c.impl();
   const int64_t nd = int64_t(t->shape.size());

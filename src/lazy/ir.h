@@ -1,5 +1,6 @@
 // The lazy IR: nodes recorded by ops on xla tensors, and the per-tensor lazy state.
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -42,12 +43,30 @@ struct LazyTensor {
   NodePtr data_node;  ///< the Data node that stands for `buffer` in graphs
 };
 
+/// What the current trace belongs to: a plain step, or a compile()d function.
+struct TraceContext {
+  std::string name = "step";  ///< graph name in debug output, saved graphs and errors
+  bool full_graph = false;    ///< a value read inside throws
+  /// Called with each new graph hash before it runs (compile()'s max_different_graphs); may throw.
+  std::function<void(uint64_t hash, const std::string& explain)> on_graph;
+};
+/// The innermost active compile() context on this thread, or null.
+TraceContext* current_context();
+void set_current_context(TraceContext* c);
+
 /// Records op `k` on xla inputs; returns xla tensors holding its pending outputs.
 ops::Tensors record(ops::OpKind k, const ops::Tensors& in, const ops::Attrs& a, const std::vector<ops::Meta>& metas,
                     Device dev);
 /// Copies a cpu tensor to the lazy device (counted as TransferToDeviceTime).
 Tensor to_device(const Tensor& cpu_tensor, Device dev);
 /// Materialises (running only what it needs) and copies to cpu (TransferFromDeviceTime).
-Tensor to_cpu(const Tensor& xla_tensor);
+/// `reason` names the reading op ("item", "to(cpu)", "print") for full_graph errors.
+Tensor to_cpu(const Tensor& xla_tensor, const char* reason);
+/// Runs every pending live tensor's graph. Returns false if there was nothing to run.
+bool sync_all(const char* cause);
+/// Eager mode: runs the pending outputs of one op at once (a cached one-op graph).
+void run_eagerly(const ops::Tensors& outs);
+/// True while eager mode is on and no compile() region is tracing.
+bool eager_active();
 
 }  // namespace axle::lazy

@@ -1,6 +1,7 @@
 // Lazy tensors: recording, the live-tensor registry, transfers, and sync().
 #include <cstdio>
 #include <cstdlib>
+#include <atomic>
 #include <exception>
 #include <filesystem>
 #include <fstream>
@@ -11,6 +12,7 @@
 
 #include "axle/metrics.h"
 #include "axle/runtime.h"
+#include "axle/xm.h"
 #include "backend/cpu/loops.h"
 #include "compiler/disk_cache.h"
 #include "compiler/executable.h"
@@ -37,6 +39,9 @@ Cache& cache() {
   static Cache* c = new Cache();
   return *c;
 }
+
+thread_local TraceContext* g_context = nullptr;
+std::atomic<bool> g_eager{false};
 
 Tensor make_xla(const Shape& shape, DType dtype, Device dev, std::shared_ptr<LazyTensor> lt) {
   auto impl = std::make_shared<TensorImpl>();
@@ -122,10 +127,17 @@ bool env_flag(const char* name) {
   const char* v = std::getenv(name);
   return v && *v && std::string(v) != "0";
 }
+std::mutex& debug_mu() {
+  static std::mutex* m = new std::mutex();
+  return *m;
+}
+std::map<std::string, Summary>& last_summary() {
+  static auto* m = new std::map<std::string, Summary>();
+  return *m;
+}
 void on_uncached_compile(const Graph& g, const std::string& name, const char* cause) {
-  static std::mutex mu;
-  static std::map<std::string, Summary> last;
-  std::lock_guard<std::mutex> lock(mu);
+  std::lock_guard<std::mutex> lock(debug_mu());
+  auto& last = last_summary();
   Summary cur = summarize(g);
   char hash[17];
   std::snprintf(hash, sizeof hash, "%016llx", static_cast<unsigned long long>(g.hash));
@@ -163,6 +175,17 @@ void execute(const std::vector<std::shared_ptr<LazyTensor>>& targets, const char
     which[t] = r;
   }
   Graph g = build_graph(roots);
+  const bool eager = std::string_view(cause) == "eager op";
+  TraceContext* ctx = current_context();
+  if (ctx && ctx->on_graph) {
+    std::string explain;
+    {
+      std::lock_guard<std::mutex> lock(debug_mu());
+      auto it = last_summary().find(name);
+      explain = it == last_summary().end() ? "first graph" : explain_difference(it->second, summarize(g));
+    }
+    ctx->on_graph(g.hash, explain);
+  }
   std::shared_ptr<const compiler::Executable> ex;
   {
     Cache& c = cache();
@@ -174,7 +197,7 @@ void execute(const std::vector<std::shared_ptr<LazyTensor>>& targets, const char
     }
   }
   if (!ex) {
-    metrics::ScopedTimer t("CompileTime");
+    metrics::ScopedTimer t(eager ? "EagerOpCompileTime" : "CompileTime");
     const std::string dir = compiler::disk_cache_dir();
     std::optional<compiler::Program> stored;
     if (!dir.empty()) {
@@ -200,7 +223,7 @@ void execute(const std::vector<std::shared_ptr<LazyTensor>>& targets, const char
   for (int i : g.inputs) inputs.push_back(g.nodes[size_t(i)]->data);
   std::vector<Tensor> results;
   {
-    metrics::ScopedTimer t("ExecuteTime");
+    metrics::ScopedTimer t(eager ? "EagerOpExecuteTime" : "ExecuteTime");
     results = ex->run(inputs);
   }
   for (size_t t = 0; t < targets.size(); ++t) {
@@ -243,16 +266,25 @@ Tensor to_device(const Tensor& t, Device dev) {
   return make_xla(t.shape(), t.dtype(), dev, std::move(lt));
 }
 
-Tensor to_cpu(const Tensor& t) {
+TraceContext* current_context() { return g_context; }
+void set_current_context(TraceContext* c) { g_context = c; }
+
+Tensor to_cpu(const Tensor& t, const char* reason) {
   auto lt = t.impl()->lazy;
-  if (lt->ir) execute({lt}, "value read", "step");
+  if (lt->ir) {
+    TraceContext* ctx = current_context();
+    AXLE_CHECK(!ctx || !ctx->full_graph, "[", reason, "] reads a value inside compiled function '", ctx->name,
+               "' (full_graph=true), which would split its graph; return the tensor from the function and read "
+               "it after the call, or compile with full_graph=false");
+    execute({lt}, "value read", ctx ? ctx->name : "step");
+  }
   metrics::ScopedTimer timer("TransferFromDeviceTime");
   Tensor out = make_tensor(t.shape(), t.dtype());
   cpu::copy_into(out, lt->buffer);
   return out;
 }
 
-void sync_all(const char* cause) {
+bool sync_all(const char* cause) {
   std::vector<std::shared_ptr<LazyTensor>> targets;
   {
     Registry& r = registry();
@@ -261,7 +293,26 @@ void sync_all(const char* cause) {
       if (auto lt = w.lock(); lt && lt->ir) targets.push_back(std::move(lt));
     r.pending.clear();
   }
-  execute(targets, cause, "step");
+  if (targets.empty()) return false;
+  TraceContext* ctx = current_context();
+  try {
+    execute(targets, cause, ctx ? ctx->name : "step");
+  } catch (...) {
+    // Nothing ran: keep the tensors pending so a later sync still sees them.
+    Registry& r = registry();
+    std::lock_guard<std::mutex> g(r.mu);
+    for (auto& lt : targets) r.pending.push_back(lt);
+    throw;
+  }
+  return true;
+}
+
+bool eager_active() { return g_eager.load(std::memory_order_relaxed) && current_context() == nullptr; }
+
+void run_eagerly(const ops::Tensors& outs) {
+  std::vector<std::shared_ptr<LazyTensor>> targets;
+  for (const Tensor& t : outs) targets.push_back(t.impl()->lazy);
+  execute(targets, "eager op", "eager");
 }
 
 }  // namespace axle::lazy
@@ -279,9 +330,22 @@ void mark_step(const char* cause) {
 
 void sync() { mark_step("user sync"); }
 
-StepGuard::StepGuard() : uncaught_(std::uncaught_exceptions()) { mark_step("step start"); }
+namespace experimental {
+void eager_mode(bool on) { lazy::g_eager.store(on); }
+bool is_eager_mode() { return lazy::g_eager.load(); }
+}  // namespace experimental
+
+namespace {
+thread_local int g_step_depth = 0;
+}  // namespace
+
+StepGuard::StepGuard() : uncaught_(std::uncaught_exceptions()) {
+  mark_step("step start");
+  ++g_step_depth;
+}
 
 StepGuard::~StepGuard() noexcept(false) {
+  --g_step_depth;
   if (std::uncaught_exceptions() > uncaught_) {
     // Unwinding: still cut the step, but never throw a second exception.
     try { mark_step("step end (unwinding)"); } catch (...) {}
@@ -291,3 +355,12 @@ StepGuard::~StepGuard() noexcept(false) {
 }
 
 }  // namespace axle
+
+namespace axle::xm {
+void mark_step() {
+  AXLE_CHECK(g_step_depth == 0, "[mark_step] called inside an axle::step() scope, which already marks the step "
+             "boundary; don't mix xm::mark_step() with axle::step(): use one (axle::step() is preferred)");
+  axle::sync();
+}
+Device xla_device() { return axle::device(); }
+}  // namespace axle::xm

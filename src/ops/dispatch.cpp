@@ -71,6 +71,7 @@ Tensors call(OpKind k, const Tensors& in, const Attrs& a) {
   Tensors out;
   if (!dev.is_cpu()) {
     out = lazy::record(k, in, a, metas, dev);
+    if (lazy::eager_active()) [[unlikely]] lazy::run_eagerly(out);
   } else if (profiling()) [[unlikely]] {
     metrics::ScopedTimer t(kOpTimerNames[size_t(k)]);
     out = d.cpu(in, a, metas);
