@@ -1,2 +1,326 @@
+// axle-train: trains a model on Fashion-MNIST with one of the seed's training-loop
+// patterns (docs: README.md, DESIGN.md "The CLI: axle-train").
+//
+// stdout: configuration, epoch summaries, the result. stderr: progress and errors.
+// Exit status: 0 success, 2 bad flags / missing or corrupt data / unavailable option,
+// 1 anything else (an internal error).
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
-int main() { std::puts("axle-train: not built yet"); return 2; }
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <memory>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/core.h>
+#include <nlohmann/json.hpp>
+
+#include "axle/axle.h"
+#include "axle/compile.h"
+#include "axle/metrics.h"
+#include "axle/runtime.h"
+#include "models.h"
+#include "progress.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+using namespace axle;
+
+struct Config {
+  std::string pattern = "single";
+  std::string device = "xla";
+  std::string model = "mlp";
+  int64_t epochs = 1;
+  int64_t max_steps = 0;  // 0: no cap
+  int64_t batch_size = 128;
+  std::string optimizer = "sgd";
+  double lr = 0.01;
+  double momentum = 0.9;
+  uint64_t seed = 0;
+  int devices = 1;
+  int threads = 0;  // 0: OpenMP's default (all cores unless OMP_NUM_THREADS says otherwise)
+  std::string data = data::kFashionMNISTRoot;
+  std::string json;
+};
+
+/// Reported as "axle-train: error: ..." with exit status 2.
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+std::string one_line(std::string s) {
+  for (char& c : s)
+    if (c == '\n' || c == '\r') c = ' ';
+  while (!s.empty() && s.back() == ' ') s.pop_back();
+  return s;
+}
+
+int fail(const std::string& msg, int status) {
+  std::fflush(stdout);
+  std::fprintf(stderr, "axle-train: error: %s\n", one_line(msg).c_str());
+  return status;
+}
+
+/// A CLI11 check: parses as T and is > 0 ("--epochs: expected a number > 0, got abc").
+template <class T>
+CLI::Validator positive() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        T v{};
+        if (!CLI::detail::lexical_cast(s, v) || !(v > 0)) return "expected a number > 0, got '" + s + "'";
+        return "";
+      },
+      "> 0");
+}
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  const size_t m = v.size() / 2;
+  std::nth_element(v.begin(), v.begin() + m, v.end());
+  if (v.size() % 2) return v[m];
+  const double hi = v[m];
+  return 0.5 * (hi + *std::max_element(v.begin(), v.begin() + m));
+}
+
+void validate(const Config& c) {
+  if (c.pattern == "multiprocess" || c.pattern == "ddp" || c.pattern == "loader")
+    throw UsageError("--pattern " + c.pattern + " is not available yet (single, compiled and eager are)");
+  if (c.device == "cpu" && c.pattern != "single")
+    throw UsageError("--pattern " + c.pattern + " runs on the lazy device: use --device xla (the default)");
+  if (c.devices != 1)
+    throw UsageError(fmt::format("--devices {} is not available yet (multi-process patterns are not built yet)",
+                                 c.devices));
+  if (!c.json.empty()) {
+    const fs::path parent = fs::absolute(fs::path(c.json)).parent_path();
+    std::error_code ec;
+    if (!fs::is_directory(parent, ec))
+      throw UsageError("--json " + c.json + ": directory " + parent.string() + " does not exist");
+  }
+}
+
+/// Test accuracy: eval mode, no gradients, batches of 1000, on the training device.
+double evaluate(nn::Module& model, const std::shared_ptr<data::Dataset>& test, Device dev) {
+  model.eval();
+  NoGradGuard no_grad;
+  data::DataLoader loader(test, {.batch_size = 1000});
+  int64_t correct = 0, total = 0;
+  for (const data::Example& b : loader) {
+    const Tensor pred = argmax(model(b.data.to(dev)), 1);
+    correct += static_cast<int64_t>(sum(eq(pred, b.target.to(dev))).item());
+    total += b.target.size(0);
+  }
+  model.train();
+  return total > 0 ? double(correct) / double(total) : 0.0;
+}
+
+void write_json(const std::string& path, const nlohmann::ordered_json& j) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::trunc);
+    AXLE_CHECK(f.good(), "[axle-train] cannot write ", tmp);
+    f << j.dump(2) << "\n";
+    f.close();
+    AXLE_CHECK(f.good(), "[axle-train] failed writing ", tmp);
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  AXLE_CHECK(!ec, "[axle-train] cannot rename ", tmp, " to ", path, ": ", ec.message());
+}
+
+int run(const Config& cfg) {
+  validate(cfg);
+  if (cfg.threads > 0) omp_set_num_threads(cfg.threads);
+  const int threads = omp_get_max_threads();
+
+  const auto t_load = Clock::now();
+  // The test split decodes on another thread while this one inflates the training images.
+  auto test_future = std::async(std::launch::async, [&] { return std::make_shared<data::FashionMNIST>(cfg.data, false); });
+  std::shared_ptr<data::FashionMNIST> train_set;
+  try {
+    train_set = std::make_shared<data::FashionMNIST>(cfg.data, true);
+  } catch (...) {
+    try { test_future.get(); } catch (...) {}
+    throw;
+  }
+  auto test_set = test_future.get();
+  const double load_s = seconds_since(t_load);
+
+  manual_seed(cfg.seed);
+  nn::ModulePtr model = axle_train::make_model(cfg.model);
+  model->train();
+  const Device dev = Device::parse(cfg.device);
+  model->to(dev);  // before the optimizer, as with torch_xla
+  if (cfg.pattern == "eager") experimental::eager_mode(true);
+  std::unique_ptr<optim::Optimizer> opt;
+  std::string opt_desc;
+  if (cfg.optimizer == "sgd") {
+    opt = std::make_unique<optim::SGD>(model->parameters(), optim::SGDOptions{.lr = cfg.lr, .momentum = cfg.momentum});
+    opt_desc = fmt::format("sgd (lr {}, momentum {})", cfg.lr, cfg.momentum);
+  } else {
+    opt = std::make_unique<optim::AdamW>(model->parameters(), optim::AdamWOptions{.lr = cfg.lr});
+    opt_desc = fmt::format("adamw (lr {})", cfg.lr);
+  }
+  data::DataLoader loader(train_set, {.batch_size = cfg.batch_size, .shuffle = true, .seed = cfg.seed});
+
+  // The training step of each pattern. On xla the loss is read after the step
+  // boundary, so reading it never splits the step's graph.
+  auto step_fn = [&](const Tensor& x, const Tensor& y) {
+    opt->zero_grad();
+    const Tensor loss = cross_entropy((*model)(x), y);
+    loss.backward();
+    opt->step();
+    return loss;
+  };
+  auto compiled_step = axle::compile(step_fn, {.full_graph = true, .name = "train_step"});
+  auto train_step = [&](const data::Example& batch) -> Tensor {
+    if (dev.is_cpu()) return step_fn(batch.data, batch.target);
+    if (cfg.pattern == "compiled") return compiled_step(batch.data.to(dev), batch.target.to(dev));
+    auto step = axle::step();  // seed Pattern 1 (and 6: in eager mode each op has already run)
+    return step_fn(batch.data.to(dev), batch.target.to(dev));
+  };
+
+  std::printf("axle-train: pattern %s, device %s, model %s (%lld parameters), %s, batch %lld, %lld epoch%s%s, "
+              "%d thread%s\n",
+              cfg.pattern.c_str(), cfg.device.c_str(), cfg.model.c_str(),
+              static_cast<long long>(model->num_parameters()), opt_desc.c_str(),
+              static_cast<long long>(cfg.batch_size), static_cast<long long>(cfg.epochs), cfg.epochs == 1 ? "" : "s",
+              cfg.max_steps > 0 ? fmt::format(" (at most {} steps)", cfg.max_steps).c_str() : "", threads,
+              threads == 1 ? "" : "s");
+  std::printf("data: %lld train / %lld test images from %s in %.2f s\n", static_cast<long long>(train_set->size()),
+              static_cast<long long>(test_set->size()), cfg.data.c_str(), load_s);
+  std::fflush(stdout);
+
+  std::vector<double> losses, step_ms;
+  std::vector<double> epoch_seconds;
+  double train_seconds = 0, test_accuracy = 0;
+  int64_t steps = 0, samples = 0;
+  const int64_t per_epoch = loader.size();
+  for (int64_t epoch = 0; epoch < cfg.epochs; ++epoch) {
+    if (cfg.max_steps > 0 && steps >= cfg.max_steps) break;
+    const int64_t planned = cfg.max_steps > 0 ? std::min(per_epoch, cfg.max_steps - steps) : per_epoch;
+    axle_train::Progress progress(fmt::format("epoch {}/{}", epoch + 1, cfg.epochs), planned);
+    loader.set_epoch(epoch);
+    const auto t_epoch = Clock::now();
+    const size_t first = losses.size();
+    int64_t done = 0;
+    for (auto it = loader.begin(); it != loader.end(); ++it) {
+      const data::Example& batch = *it;
+      const auto t0 = Clock::now();
+      const Tensor loss = train_step(batch);
+      step_ms.push_back(1e3 * seconds_since(t0));
+      const double l = loss.item();
+      losses.push_back(l);
+      samples += batch.target.size(0);
+      ++steps;
+      progress.update(++done, l);
+      if (done >= planned) break;
+    }
+    progress.finish();
+    const double es = seconds_since(t_epoch);
+    epoch_seconds.push_back(es);
+    train_seconds += es;
+    test_accuracy = evaluate(*model, test_set, dev);
+    const double mean_loss =
+        std::accumulate(losses.begin() + first, losses.end(), 0.0) / double(std::max<size_t>(1, losses.size() - first));
+    std::printf("epoch %lld/%lld: %lld steps, mean loss %.4f, test accuracy %.4f, %.2f s (%.2f ms/step median)\n",
+                static_cast<long long>(epoch + 1), static_cast<long long>(cfg.epochs), static_cast<long long>(done),
+                mean_loss, test_accuracy, es,
+                median(std::vector<double>(step_ms.begin() + first, step_ms.end())));
+    std::fflush(stdout);
+  }
+
+  const double med = median(step_ms);
+  const double sps = train_seconds > 0 ? samples / train_seconds : 0;
+  const double final_loss = losses.empty() ? 0 : losses.back();
+  std::printf("result: %lld steps, final loss %.4f, test accuracy %.4f, train %.2f s, median step %.2f ms, "
+              "%.0f samples/s\n",
+              static_cast<long long>(steps), final_loss, test_accuracy, train_seconds, med, sps);
+  std::fflush(stdout);
+
+  if (!cfg.json.empty()) {
+    nlohmann::ordered_json j;
+    j["pattern"] = cfg.pattern;
+    j["device"] = cfg.device;
+    j["model"] = cfg.model;
+    j["world_size"] = 1;
+    j["epochs"] = cfg.epochs;
+    j["steps"] = steps;
+    j["batch_size"] = cfg.batch_size;
+    j["optimizer"] = cfg.optimizer;
+    j["lr"] = cfg.lr;
+    j["momentum"] = cfg.momentum;
+    j["seed"] = cfg.seed;
+    j["threads"] = threads;
+    j["final_loss"] = final_loss;
+    j["losses"] = losses;
+    j["test_accuracy"] = test_accuracy;
+    j["train_seconds"] = train_seconds;
+    j["epoch_seconds"] = epoch_seconds;
+    j["data_load_seconds"] = load_s;
+    j["median_step_ms"] = med;
+    j["step_ms"] = step_ms;
+    j["samples_per_second"] = sps;
+    // torch_xla-named counters and timers (name -> total ms); empty on the eager cpu path.
+    j["counters"] = nlohmann::ordered_json::object();
+    for (const auto& [name, v] : metrics::counters()) j["counters"][name] = v;
+    j["metrics"] = nlohmann::ordered_json::object();
+    for (const auto& [name, ms] : metrics::timers_ms()) j["metrics"][name] = ms;
+    write_json(cfg.json, j);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Config cfg;
+  CLI::App app{"axle-train: train a model on Fashion-MNIST with one of the PyTorch/XLA training-loop patterns",
+               "axle-train"};
+  app.add_option("--pattern", cfg.pattern, "training-loop pattern")
+      ->check(CLI::IsMember({"single", "multiprocess", "ddp", "compiled", "loader", "eager"}))
+      ->capture_default_str();
+  app.add_option("--device", cfg.device, "device: cpu trains eagerly; xla is the lazy device")
+      ->check(CLI::IsMember({"xla", "cpu"}))
+      ->capture_default_str();
+  app.add_option("--model", cfg.model, "model")->check(CLI::IsMember(axle_train::model_names()))->capture_default_str();
+  app.add_option("--epochs", cfg.epochs, "epochs")->check(positive<int64_t>())->capture_default_str();
+  app.add_option("--max-steps", cfg.max_steps, "stop after this many steps in total")->check(positive<int64_t>());
+  app.add_option("--batch-size", cfg.batch_size, "batch size")->check(positive<int64_t>())->capture_default_str();
+  app.add_option("--optimizer", cfg.optimizer, "optimizer")->check(CLI::IsMember({"sgd", "adamw"}))->capture_default_str();
+  app.add_option("--lr", cfg.lr, "learning rate")->check(positive<double>())->capture_default_str();
+  app.add_option("--momentum", cfg.momentum, "SGD momentum")->check(CLI::Range(0.0, 1.0))->capture_default_str();
+  app.add_option("--seed", cfg.seed, "random seed (model initialisation, shuffling)")->capture_default_str();
+  app.add_option("--devices", cfg.devices, "devices (processes or SPMD devices)")->check(positive<int>())->capture_default_str();
+  app.add_option("--threads", cfg.threads, "CPU threads (default: all cores)")->check(positive<int>());
+  app.add_option("--data", cfg.data, "directory of the Fashion-MNIST IDX files")->capture_default_str();
+  app.add_option("--json", cfg.json, "write the result as one JSON object to this file");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) {  // --help
+      std::fputs(app.help().c_str(), stdout);
+      return 0;
+    }
+    return fail(e.what(), 2);
+  }
+  try {
+    return run(cfg);
+  } catch (const UsageError& e) {
+    return fail(e.what(), 2);
+  } catch (const axle::Error& e) {
+    return fail(e.what(), 2);
+  } catch (const std::exception& e) {
+    return fail(std::string("internal error: ") + e.what(), 1);
+  }
+}

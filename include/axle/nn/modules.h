@@ -1,0 +1,197 @@
+// Standard layers with PyTorch's default initialisation (drawn from axle's default
+// generator: seed it with axle::manual_seed).
+//
+//   auto model = std::make_shared<nn::Sequential>(std::vector<nn::ModulePtr>{
+//       std::make_shared<nn::Flatten>(), std::make_shared<nn::Linear>(784, 256),
+//       std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(256, 10)});
+#pragma once
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "axle/nn/module.h"
+#include "axle/ops.h"
+
+namespace axle::nn {
+
+/// A pair of ints (height, width) that also accepts one int for both: `3` or `{3, 1}`.
+struct Int2 {
+  int64_t h = 0, w = 0;
+  Int2(int64_t v) : h(v), w(v) {}  // NOLINT: implicit on purpose
+  Int2(int64_t a, int64_t b) : h(a), w(b) {}
+  std::vector<int64_t> vec() const { return {h, w}; }
+};
+
+/// y = x W^T + b. weight [out, in], bias [out]; both U(-1/sqrt(in), 1/sqrt(in)).
+class Linear : public Module {
+ public:
+  Linear(int64_t in_features, int64_t out_features, bool bias = true);
+  Tensor forward(const Tensor& x) override;
+  std::string name() const override { return "Linear"; }
+  std::string extra_repr() const override;
+  /// Re-draws weight and bias as PyTorch's reset_parameters().
+  void reset_parameters();
+  int64_t in_features, out_features;
+  Tensor weight, bias;
+};
+
+struct Conv2dOptions {
+  Int2 stride = 1, padding = 0, dilation = 1;
+  int64_t groups = 1;
+  bool bias = true;
+};
+
+/// 2-D convolution (NCHW). weight [out, in/groups, kh, kw], bias [out];
+/// both U(-1/sqrt(fan_in), 1/sqrt(fan_in)) with fan_in = in/groups*kh*kw.
+class Conv2d : public Module {
+ public:
+  Conv2d(int64_t in_channels, int64_t out_channels, Int2 kernel_size, Conv2dOptions o = {});
+  Tensor forward(const Tensor& x) override;
+  std::string name() const override { return "Conv2d"; }
+  std::string extra_repr() const override;
+  void reset_parameters();
+  int64_t in_channels, out_channels;
+  Int2 kernel_size;
+  Conv2dOptions options;
+  Tensor weight, bias;
+};
+
+/// Batch normalisation over [N, C, H, W] per channel. weight 1, bias 0, running_mean 0, running_var 1.
+class BatchNorm2d : public Module {
+ public:
+  explicit BatchNorm2d(int64_t num_features, double eps = 1e-5, double momentum = 0.1, bool affine = true);
+  Tensor forward(const Tensor& x) override;
+  std::string name() const override { return "BatchNorm2d"; }
+  std::string extra_repr() const override;
+  int64_t num_features;
+  double eps, momentum;
+  Tensor weight, bias, running_mean, running_var;
+};
+
+/// Layer normalisation over the trailing `normalized_shape` dims. weight 1, bias 0.
+class LayerNorm : public Module {
+ public:
+  explicit LayerNorm(Shape normalized_shape, double eps = 1e-5, bool elementwise_affine = true);
+  explicit LayerNorm(int64_t normalized_size, double eps = 1e-5, bool elementwise_affine = true)
+      : LayerNorm(Shape{normalized_size}, eps, elementwise_affine) {}
+  Tensor forward(const Tensor& x) override;
+  std::string name() const override { return "LayerNorm"; }
+  std::string extra_repr() const override;
+  Shape normalized_shape;
+  double eps;
+  Tensor weight, bias;
+};
+
+/// Zeroes elements with probability p (scaling the rest by 1/(1-p)) in training mode; identity in eval.
+class Dropout : public Module {
+ public:
+  explicit Dropout(double p = 0.5);
+  Tensor forward(const Tensor& x) override;
+  std::string name() const override { return "Dropout"; }
+  std::string extra_repr() const override;
+  double p;
+};
+
+class ReLU : public Module {
+ public:
+  Tensor forward(const Tensor& x) override { return relu(x); }
+  std::string name() const override { return "ReLU"; }
+};
+
+/// Exact (erf) GELU.
+class GELU : public Module {
+ public:
+  Tensor forward(const Tensor& x) override { return gelu(x); }
+  std::string name() const override { return "GELU"; }
+};
+
+class Tanh : public Module {
+ public:
+  Tensor forward(const Tensor& x) override { return tanh(x); }
+  std::string name() const override { return "Tanh"; }
+};
+
+class Sigmoid : public Module {
+ public:
+  Tensor forward(const Tensor& x) override { return sigmoid(x); }
+  std::string name() const override { return "Sigmoid"; }
+};
+
+class Identity : public Module {
+ public:
+  Tensor forward(const Tensor& x) override { return x; }
+  std::string name() const override { return "Identity"; }
+};
+
+/// Max pooling; stride defaults to kernel_size.
+class MaxPool2d : public Module {
+ public:
+  MaxPool2d(Int2 kernel_size, std::optional<Int2> stride = std::nullopt, Int2 padding = 0);
+  Tensor forward(const Tensor& x) override;
+  std::string name() const override { return "MaxPool2d"; }
+  std::string extra_repr() const override;
+  Pool2dOptions options;
+};
+
+/// Average pooling; stride defaults to kernel_size.
+class AvgPool2d : public Module {
+ public:
+  AvgPool2d(Int2 kernel_size, std::optional<Int2> stride = std::nullopt, Int2 padding = 0,
+            bool count_include_pad = true);
+  Tensor forward(const Tensor& x) override;
+  std::string name() const override { return "AvgPool2d"; }
+  std::string extra_repr() const override;
+  Pool2dOptions options;
+};
+
+class AdaptiveAvgPool2d : public Module {
+ public:
+  explicit AdaptiveAvgPool2d(Int2 output_size);
+  Tensor forward(const Tensor& x) override;
+  std::string name() const override { return "AdaptiveAvgPool2d"; }
+  std::string extra_repr() const override;
+  Int2 output_size;
+};
+
+/// Flattens dims start..end (default: all but the batch dim).
+class Flatten : public Module {
+ public:
+  explicit Flatten(int64_t start_dim = 1, int64_t end_dim = -1) : start_dim(start_dim), end_dim(end_dim) {}
+  Tensor forward(const Tensor& x) override { return flatten(x, start_dim, end_dim); }
+  std::string name() const override { return "Flatten"; }
+  std::string extra_repr() const override;
+  int64_t start_dim, end_dim;
+};
+
+/// Lookup table: forward(indices) -> weight rows. weight [num_embeddings, dim] ~ N(0, 1).
+class Embedding : public Module {
+ public:
+  Embedding(int64_t num_embeddings, int64_t embedding_dim);
+  Tensor forward(const Tensor& indices) override;
+  std::string name() const override { return "Embedding"; }
+  std::string extra_repr() const override;
+  int64_t num_embeddings, embedding_dim;
+  Tensor weight;
+};
+
+/// Runs its children in order; they are named "0", "1", ...
+class Sequential : public Module {
+ public:
+  Sequential() = default;
+  explicit Sequential(std::vector<ModulePtr> modules);
+  Sequential(std::initializer_list<ModulePtr> modules);
+  Tensor forward(const Tensor& x) override;
+  std::string name() const override { return "Sequential"; }
+  /// Appends a module named by its index.
+  void push_back(ModulePtr m);
+  size_t size() const { return modules_.size(); }
+  const ModulePtr& operator[](size_t i) const;
+  const std::vector<ModulePtr>& modules() const { return modules_; }
+
+ private:
+  std::vector<ModulePtr> modules_;
+};
+
+}  // namespace axle::nn

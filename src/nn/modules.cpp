@@ -1,0 +1,237 @@
+// Standard layers: Linear, Conv2d, BatchNorm2d, LayerNorm, Dropout, pools, Flatten,
+// Embedding, Sequential. Initialisation follows PyTorch's reset_parameters().
+#include "axle/nn/modules.h"
+
+#include <cmath>
+#include <string>
+
+#include "axle/autograd.h"
+#include "core/tensor_impl.h"
+
+namespace axle::nn {
+
+namespace {
+std::string b2s(bool b) { return b ? "True" : "False"; }
+std::string pair_str(const Int2& p) { return "(" + std::to_string(p.h) + ", " + std::to_string(p.w) + ")"; }
+std::string num_str(double v) {
+  std::ostringstream os;
+  os << v;
+  return os.str();
+}
+// kaiming_uniform_(a=sqrt(5)) on a weight with this fan_in and PyTorch's bias init
+// both reduce to U(-1/sqrt(fan_in), 1/sqrt(fan_in)).
+double fan_in_bound(int64_t fan_in) { return fan_in > 0 ? 1.0 / std::sqrt(double(fan_in)) : 0.0; }
+void fill_uniform(const Tensor& t, double bound) {
+  NoGradGuard ng;
+  t.set_data(uniform(t.shape(), -bound, bound, {.dtype = t.dtype(), .device = t.device()}));
+}
+}  // namespace
+
+// ---- Linear ----
+Linear::Linear(int64_t in, int64_t out, bool has_bias) : in_features(in), out_features(out) {
+  AXLE_CHECK(in >= 0 && out >= 0, "[Linear] expected non-negative sizes, got in_features=", in,
+             ", out_features=", out);
+  weight = register_parameter("weight", zeros({out, in}));
+  if (has_bias) bias = register_parameter("bias", zeros({out}));
+  reset_parameters();
+}
+
+void Linear::reset_parameters() {
+  double bound = fan_in_bound(in_features);
+  fill_uniform(weight, bound);
+  if (bias.defined()) fill_uniform(bias, bound);
+}
+
+Tensor Linear::forward(const Tensor& x) {
+  AXLE_CHECK(x.defined(), "[Linear] expected a defined input");
+  AXLE_CHECK(x.dim() >= 1 && x.size(-1) == in_features, "[Linear] expected input with last dimension ",
+             in_features, ", got shape ", shape_str(x.shape()));
+  return linear(x, weight, bias);
+}
+
+std::string Linear::extra_repr() const {
+  return "in_features=" + std::to_string(in_features) + ", out_features=" + std::to_string(out_features) +
+         ", bias=" + b2s(bias.defined());
+}
+
+// ---- Conv2d ----
+Conv2d::Conv2d(int64_t in, int64_t out, Int2 k, Conv2dOptions o)
+    : in_channels(in), out_channels(out), kernel_size(k), options(o) {
+  AXLE_CHECK(o.groups >= 1, "[Conv2d] expected groups >= 1, got ", o.groups);
+  AXLE_CHECK(in > 0 && out > 0 && in % o.groups == 0 && out % o.groups == 0,
+             "[Conv2d] expected positive in_channels and out_channels divisible by groups=", o.groups,
+             ", got in_channels=", in, ", out_channels=", out);
+  AXLE_CHECK(k.h > 0 && k.w > 0, "[Conv2d] expected a positive kernel size, got ", pair_str(k));
+  weight = register_parameter("weight", zeros({out, in / o.groups, k.h, k.w}));
+  if (o.bias) bias = register_parameter("bias", zeros({out}));
+  reset_parameters();
+}
+
+void Conv2d::reset_parameters() {
+  double bound = fan_in_bound(in_channels / options.groups * kernel_size.h * kernel_size.w);
+  fill_uniform(weight, bound);
+  if (bias.defined()) fill_uniform(bias, bound);
+}
+
+Tensor Conv2d::forward(const Tensor& x) {
+  AXLE_CHECK(x.defined(), "[Conv2d] expected a defined input");
+  AXLE_CHECK(x.dim() == 4 && x.size(1) == in_channels, "[Conv2d] expected input [N, ", in_channels,
+             ", H, W], got shape ", shape_str(x.shape()));
+  axle::Conv2dOptions c;
+  c.stride = options.stride.vec();
+  c.padding = options.padding.vec();
+  c.dilation = options.dilation.vec();
+  c.groups = options.groups;
+  return conv2d(x, weight, bias, c);
+}
+
+std::string Conv2d::extra_repr() const {
+  std::string s = std::to_string(in_channels) + ", " + std::to_string(out_channels) +
+                  ", kernel_size=" + pair_str(kernel_size) + ", stride=" + pair_str(options.stride);
+  if (options.padding.h || options.padding.w) s += ", padding=" + pair_str(options.padding);
+  if (options.dilation.h != 1 || options.dilation.w != 1) s += ", dilation=" + pair_str(options.dilation);
+  if (options.groups != 1) s += ", groups=" + std::to_string(options.groups);
+  if (!bias.defined()) s += ", bias=False";
+  return s;
+}
+
+// ---- BatchNorm2d ----
+BatchNorm2d::BatchNorm2d(int64_t c, double eps, double momentum, bool affine)
+    : num_features(c), eps(eps), momentum(momentum) {
+  AXLE_CHECK(c > 0, "[BatchNorm2d] expected num_features > 0, got ", c);
+  if (affine) {
+    weight = register_parameter("weight", ones({c}));
+    bias = register_parameter("bias", zeros({c}));
+  }
+  running_mean = register_buffer("running_mean", zeros({c}));
+  running_var = register_buffer("running_var", ones({c}));
+}
+
+Tensor BatchNorm2d::forward(const Tensor& x) {
+  AXLE_CHECK(x.defined(), "[BatchNorm2d] expected a defined input");
+  AXLE_CHECK(x.dim() == 4, "[BatchNorm2d] expected 4-D input [N, C, H, W], got ", x.dim(), "-D input of shape ",
+             shape_str(x.shape()));
+  AXLE_CHECK(x.size(1) == num_features, "[BatchNorm2d] expected ", num_features, " channels, got shape ",
+             shape_str(x.shape()));
+  return batch_norm(x, weight, bias, running_mean, running_var, is_training(), momentum, eps);
+}
+
+std::string BatchNorm2d::extra_repr() const {
+  return std::to_string(num_features) + ", eps=" + num_str(eps) + ", momentum=" + num_str(momentum) +
+         ", affine=" + b2s(weight.defined()) + ", track_running_stats=True";
+}
+
+// ---- LayerNorm ----
+LayerNorm::LayerNorm(Shape shape, double eps, bool affine) : normalized_shape(std::move(shape)), eps(eps) {
+  AXLE_CHECK(!normalized_shape.empty(), "[LayerNorm] expected a non-empty normalized_shape");
+  for (int64_t s : normalized_shape)
+    AXLE_CHECK(s > 0, "[LayerNorm] expected positive sizes in normalized_shape, got ", shape_str(normalized_shape));
+  if (affine) {
+    weight = register_parameter("weight", ones(normalized_shape));
+    bias = register_parameter("bias", zeros(normalized_shape));
+  }
+}
+
+Tensor LayerNorm::forward(const Tensor& x) {
+  AXLE_CHECK(x.defined(), "[LayerNorm] expected a defined input");
+  int64_t k = int64_t(normalized_shape.size());
+  bool ok = x.dim() >= k;
+  for (int64_t i = 0; ok && i < k; ++i) ok = x.size(x.dim() - k + i) == normalized_shape[size_t(i)];
+  AXLE_CHECK(ok, "[LayerNorm] expected input with trailing shape ", shape_str(normalized_shape), ", got ",
+             shape_str(x.shape()));
+  return layer_norm(x, normalized_shape, weight, bias, eps);
+}
+
+std::string LayerNorm::extra_repr() const {
+  std::string s = "(";
+  for (size_t i = 0; i < normalized_shape.size(); ++i) s += (i ? ", " : "") + std::to_string(normalized_shape[i]);
+  if (normalized_shape.size() == 1) s += ",";
+  return s + "), eps=" + num_str(eps) + ", elementwise_affine=" + b2s(weight.defined());
+}
+
+// ---- Dropout ----
+Dropout::Dropout(double p) : p(p) {
+  AXLE_CHECK(p >= 0 && p <= 1, "[Dropout] expected a probability in [0, 1], got ", p);
+}
+Tensor Dropout::forward(const Tensor& x) { return dropout(x, p, is_training()); }
+std::string Dropout::extra_repr() const { return "p=" + num_str(p) + ", inplace=False"; }
+
+// ---- pooling ----
+static Pool2dOptions make_pool(const char* op, Int2 k, std::optional<Int2> s, Int2 pad, bool count_include_pad) {
+  AXLE_CHECK(k.h > 0 && k.w > 0, "[", op, "] expected a positive kernel size, got ", pair_str(k));
+  Int2 st = s.value_or(k);
+  AXLE_CHECK(st.h > 0 && st.w > 0, "[", op, "] expected a positive stride, got ", pair_str(st));
+  AXLE_CHECK(pad.h >= 0 && pad.w >= 0 && 2 * pad.h <= k.h && 2 * pad.w <= k.w, "[", op,
+             "] expected padding at most half the kernel size, got padding ", pair_str(pad), " for kernel ",
+             pair_str(k));
+  Pool2dOptions o;
+  o.kernel = k.vec();
+  o.stride = st.vec();
+  o.padding = pad.vec();
+  o.count_include_pad = count_include_pad;
+  return o;
+}
+static std::string pool_repr(const Pool2dOptions& o) {
+  auto v = [](const std::vector<int64_t>& x) {
+    return x[0] == x[1] ? std::to_string(x[0]) : "(" + std::to_string(x[0]) + ", " + std::to_string(x[1]) + ")";
+  };
+  return "kernel_size=" + v(o.kernel) + ", stride=" + v(o.stride) + ", padding=" + v(o.padding);
+}
+
+MaxPool2d::MaxPool2d(Int2 k, std::optional<Int2> s, Int2 pad) : options(make_pool("MaxPool2d", k, s, pad, true)) {}
+Tensor MaxPool2d::forward(const Tensor& x) { return max_pool2d(x, options); }
+std::string MaxPool2d::extra_repr() const { return pool_repr(options) + ", dilation=1, ceil_mode=False"; }
+
+AvgPool2d::AvgPool2d(Int2 k, std::optional<Int2> s, Int2 pad, bool cip)
+    : options(make_pool("AvgPool2d", k, s, pad, cip)) {}
+Tensor AvgPool2d::forward(const Tensor& x) { return avg_pool2d(x, options); }
+std::string AvgPool2d::extra_repr() const { return pool_repr(options); }
+
+AdaptiveAvgPool2d::AdaptiveAvgPool2d(Int2 out) : output_size(out) {
+  AXLE_CHECK(out.h > 0 && out.w > 0, "[AdaptiveAvgPool2d] expected a positive output size, got ", pair_str(out));
+}
+Tensor AdaptiveAvgPool2d::forward(const Tensor& x) { return adaptive_avg_pool2d(x, output_size.vec()); }
+std::string AdaptiveAvgPool2d::extra_repr() const { return "output_size=" + pair_str(output_size); }
+
+std::string Flatten::extra_repr() const {
+  return "start_dim=" + std::to_string(start_dim) + ", end_dim=" + std::to_string(end_dim);
+}
+
+// ---- Embedding ----
+Embedding::Embedding(int64_t num, int64_t dim) : num_embeddings(num), embedding_dim(dim) {
+  AXLE_CHECK(num > 0 && dim > 0, "[Embedding] expected positive sizes, got num_embeddings=", num,
+             ", embedding_dim=", dim);
+  weight = register_parameter("weight", randn({num, dim}));
+}
+Tensor Embedding::forward(const Tensor& indices) {
+  AXLE_CHECK(indices.defined(), "[Embedding] expected defined indices");
+  AXLE_CHECK(!is_floating(indices.dtype()), "[Embedding] expected integer indices, got ", indices.dtype());
+  return embedding(weight, indices);
+}
+std::string Embedding::extra_repr() const {
+  return std::to_string(num_embeddings) + ", " + std::to_string(embedding_dim);
+}
+
+// ---- Sequential ----
+Sequential::Sequential(std::vector<ModulePtr> modules) {
+  for (auto& m : modules) push_back(std::move(m));
+}
+Sequential::Sequential(std::initializer_list<ModulePtr> modules) {
+  for (const auto& m : modules) push_back(m);
+}
+void Sequential::push_back(ModulePtr m) {
+  AXLE_CHECK(m != nullptr, "[Sequential] expected a module, got null at index ", modules_.size());
+  register_module(std::to_string(modules_.size()), m);
+  modules_.push_back(std::move(m));
+}
+const ModulePtr& Sequential::operator[](size_t i) const {
+  AXLE_CHECK(i < modules_.size(), "[Sequential] index ", i, " out of range for ", modules_.size(), " modules");
+  return modules_[i];
+}
+Tensor Sequential::forward(const Tensor& x) {
+  Tensor y = x;
+  for (auto& m : modules_) y = m->forward(y);
+  return y;
+}
+
+}  // namespace axle::nn

@@ -1,0 +1,197 @@
+// Composite nn functions built from public ops (autograd and lazy tracing come for free):
+// batch_norm, layer_norm, dropout, cross_entropy, mse_loss, embedding.
+#include <cmath>
+#include <string>
+
+#include "axle/autograd.h"
+#include "axle/generator.h"
+#include "axle/ops.h"
+#include "ops/op.h"
+
+namespace axle {
+namespace {
+
+/// Shape [1, C, 1, ...] that broadcasts a per-channel vector against an [N, C, ...] input.
+Shape channel_shape(const Tensor& x) {
+  Shape s(size_t(x.dim()), 1);
+  s[1] = x.shape()[1];
+  return s;
+}
+
+/// Runs f, re-labelling an axle::Error from an inner op with the public op's name.
+template <class F>
+Tensor as_op(const char* op, F f) {
+  try {
+    return f();
+  } catch (const Error& e) {
+    const std::string m = e.what(), tag = std::string("[") + op + "]";
+    if (m.rfind(tag, 0) == 0) throw;
+    const size_t close = m.find("] ");
+    if (m.empty() || m[0] != '[' || close == std::string::npos) throw Error(tag + " " + m);
+    throw Error(tag + " " + m.substr(close + 2) + " (in " + m.substr(1, close - 1) + ")");
+  }
+}
+
+Tensor apply_reduction(const Tensor& per_elem, Reduction r) {
+  switch (r) {
+    case Reduction::None: return per_elem;
+    case Reduction::Sum: return sum(per_elem);
+    case Reduction::Mean: return mean(per_elem);
+  }
+  AXLE_FAIL("[loss] unknown reduction ", int(r));
+}
+
+}  // namespace
+
+Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
+                  const Tensor& running_var, bool training, double momentum, double eps) {
+  ops::check_defined(x, "batch_norm", "input");
+  AXLE_CHECK(x.dim() >= 2, "[batch_norm] expected an input of shape [N, C] or [N, C, ...], got ",
+             shape_str(x.shape()));
+  AXLE_CHECK(is_floating(x.dtype()), "[batch_norm] expected a floating input, got ", x.dtype());
+  const int64_t C = x.shape()[1];
+  auto check_vec = [&](const Tensor& t, const char* name) {
+    if (!t.defined()) return;
+    AXLE_CHECK(t.shape() == Shape{C}, "[batch_norm] expected ", name, " of shape [", C, "], got ",
+               shape_str(t.shape()));
+  };
+  check_vec(weight, "weight");
+  check_vec(bias, "bias");
+  check_vec(running_mean, "running_mean");
+  check_vec(running_var, "running_var");
+  AXLE_CHECK(running_mean.defined() == running_var.defined(),
+             "[batch_norm] expected running_mean and running_var both defined or both undefined");
+
+  Shape dims{0};
+  for (int64_t d = 2; d < x.dim(); ++d) dims.push_back(d);
+  const Shape cs = channel_shape(x);
+  Tensor xhat;
+  if (training || !running_mean.defined()) {
+    const int64_t n = x.numel() / std::max<int64_t>(C, 1);
+    AXLE_CHECK(!training || n > 1, "[batch_norm] expected more than 1 value per channel when training, got input ",
+               shape_str(x.shape()));
+    Tensor mu = mean(x, dims, true);
+    Tensor d = sub(x, mu);
+    Tensor var_b = mean(mul(d, d), dims, true);  // biased, used to normalize
+    xhat = mul(d, rsqrt(add(var_b, eps)));
+    if (training && running_mean.defined()) {
+      NoGradGuard ng;
+      Tensor bm = reshape(mu.detach(), {C});
+      Tensor bv = reshape(var_b.detach(), {C});
+      const double unbias = double(n) / double(n - 1);
+      running_mean.set_data(add(mul(running_mean.detach(), 1.0 - momentum), mul(bm, momentum)));
+      running_var.set_data(add(mul(running_var.detach(), 1.0 - momentum), mul(bv, momentum * unbias)));
+    }
+  } else {
+    Tensor rm = reshape(running_mean.detach(), cs), rv = reshape(running_var.detach(), cs);
+    xhat = mul(sub(x, rm), rsqrt(add(rv, eps)));
+  }
+  Tensor y = xhat;
+  if (weight.defined()) y = mul(y, reshape(weight, cs));
+  if (bias.defined()) y = add(y, reshape(bias, cs));
+  return y;
+}
+
+Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight, const Tensor& bias,
+                  double eps) {
+  ops::check_defined(x, "layer_norm", "input");
+  const int64_t k = int64_t(normalized_shape.size());
+  AXLE_CHECK(k >= 1 && k <= x.dim(), "[layer_norm] expected 1..", x.dim(), " normalized dims, got ",
+             shape_str(normalized_shape));
+  Shape tail(x.shape().end() - k, x.shape().end());
+  AXLE_CHECK(tail == normalized_shape, "[layer_norm] expected input ending in ", shape_str(normalized_shape),
+             ", got ", shape_str(x.shape()));
+  if (weight.defined())
+    AXLE_CHECK(weight.shape() == normalized_shape, "[layer_norm] expected weight of shape ",
+               shape_str(normalized_shape), ", got ", shape_str(weight.shape()));
+  if (bias.defined())
+    AXLE_CHECK(bias.shape() == normalized_shape, "[layer_norm] expected bias of shape ", shape_str(normalized_shape),
+               ", got ", shape_str(bias.shape()));
+  Shape dims;
+  for (int64_t d = x.dim() - k; d < x.dim(); ++d) dims.push_back(d);
+  Tensor mu = mean(x, dims, true);
+  Tensor d = sub(x, mu);
+  Tensor var_b = mean(mul(d, d), dims, true);
+  Tensor y = mul(d, rsqrt(add(var_b, eps)));
+  if (weight.defined()) y = mul(y, weight);
+  if (bias.defined()) y = add(y, bias);
+  return y;
+}
+
+Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
+  ops::check_defined(x, "dropout", "input");
+  AXLE_CHECK(p >= 0.0 && p <= 1.0, "[dropout] expected a probability p in [0, 1], got ", p);
+  if (!training || p == 0.0) return x;
+  if (p == 1.0) return mul(x, 0.0);
+  Tensor u = rand(x.shape(), {.dtype = kFloat32, .device = x.device()}, gen);
+  Tensor mask = mul(cast(ge(u, p), x.dtype()), 1.0 / (1.0 - p));
+  return mul(x, mask);
+}
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& o) {
+  ops::check_defined(logits, "cross_entropy", "input");
+  ops::check_defined(target, "cross_entropy", "target");
+  const double eps = o.label_smoothing;
+  AXLE_CHECK(eps >= 0.0 && eps <= 1.0, "[cross_entropy] expected label_smoothing in [0, 1], got ", eps);
+  if (logits.dim() == 1) {  // unbatched: [C] with a 0-d target
+    CrossEntropyOptions o1 = o;
+    Tensor t = target.dim() == 0 ? reshape(target, {1}) : unsqueeze(target, 0);
+    Tensor l = cross_entropy(unsqueeze(logits, 0), t, o1);
+    return o.reduction == Reduction::None ? reshape(l, target.shape()) : l;
+  }
+  AXLE_CHECK(logits.dim() >= 2, "[cross_entropy] expected logits of shape [N, C] or [N, C, d...], got ",
+             shape_str(logits.shape()));
+  const int64_t C = logits.shape()[1];
+  Tensor logp = log_softmax(logits, 1);
+
+  if (is_floating(target.dtype())) {  // class probabilities, same shape as the logits
+    AXLE_CHECK(target.shape() == logits.shape(), "[cross_entropy] expected probability targets of shape ",
+               shape_str(logits.shape()), ", got ", shape_str(target.shape()));
+    Tensor t = eps > 0 ? add(mul(target, 1.0 - eps), eps / double(C)) : target;
+    Tensor per = neg(sum(mul(logp, t), {1}));
+    return apply_reduction(per, o.reduction);
+  }
+  AXLE_CHECK(target.dtype() == kInt64 || target.dtype() == kInt32,
+             "[cross_entropy] expected an int64 target of class indices, got ", target.dtype());
+  Shape ts = logits.shape();
+  ts.erase(ts.begin() + 1);
+  AXLE_CHECK(target.shape() == ts, "[cross_entropy] expected target of shape ", shape_str(ts), " for logits ",
+             shape_str(logits.shape()), ", got ", shape_str(target.shape()));
+  Tensor nll = as_op("cross_entropy", [&] { return nll_loss(logp, target, o.reduction, o.ignore_index); });
+  if (eps == 0.0) return nll;
+
+  // Label smoothing (as PyTorch): (1 - eps) * nll + eps * mean over classes of -logp,
+  // with ignored targets contributing to neither term.
+  Tensor keep = ne(target, double(o.ignore_index));
+  Tensor smooth = where(keep, div(neg(sum(logp, {1})), double(C)), zeros({}, {.dtype = logp.dtype()}));
+  Tensor st;
+  switch (o.reduction) {
+    case Reduction::None: st = smooth; break;
+    case Reduction::Sum: st = sum(smooth); break;
+    case Reduction::Mean: st = div(sum(smooth), sum(cast(keep, kFloat32))); break;
+  }
+  return add(mul(nll, 1.0 - eps), mul(st, eps));
+}
+
+Tensor mse_loss(const Tensor& a, const Tensor& b, Reduction r) {
+  ops::check_defined(a, "mse_loss", "input");
+  ops::check_defined(b, "mse_loss", "target");
+  AXLE_CHECK(a.shape() == b.shape(), "[mse_loss] expected input and target of one shape, got ", shape_str(a.shape()),
+             " and ", shape_str(b.shape()));
+  Tensor d = sub(a, b);
+  return apply_reduction(mul(d, d), r);
+}
+
+Tensor embedding(const Tensor& weight, const Tensor& indices) {
+  ops::check_defined(weight, "embedding", "weight");
+  ops::check_defined(indices, "embedding", "indices");
+  AXLE_CHECK(weight.dim() == 2, "[embedding] expected a weight of shape [num, dim], got ", shape_str(weight.shape()));
+  AXLE_CHECK(indices.dtype() == kInt64 || indices.dtype() == kInt32,
+             "[embedding] expected int64 or int32 indices, got ", indices.dtype());
+  Tensor rows = as_op("embedding", [&] { return index_select(weight, 0, reshape(indices, {-1})); });
+  Shape s = indices.shape();
+  s.push_back(weight.shape()[1]);
+  return reshape(rows, s);
+}
+
+}  // namespace axle

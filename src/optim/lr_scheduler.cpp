@@ -1,0 +1,81 @@
+// StepLR and CosineAnnealingLR with PyTorch 1.13's recursive get_lr() formulas.
+#include "axle/optim/lr_scheduler.h"
+
+#include <cmath>
+#include <numbers>
+
+namespace axle::optim {
+
+LRScheduler::~LRScheduler() = default;
+
+LRScheduler::LRScheduler(Optimizer& opt) : opt_(opt) {
+  for (const auto& g : opt_.param_groups()) base_lrs_.push_back(g.lr);
+}
+
+void LRScheduler::initial_step() {
+  step_count_ = 0;
+  step();
+}
+
+void LRScheduler::step() {
+  ++step_count_;
+  ++last_epoch_;
+  std::vector<double> lrs = get_lr();
+  auto& groups = opt_.param_groups();
+  AXLE_CHECK(lrs.size() == groups.size(), "[LRScheduler] the optimizer has ", groups.size(),
+             " param group(s), the scheduler was built for ", lrs.size());
+  for (size_t i = 0; i < groups.size(); ++i) groups[i].lr = lrs[i];
+  last_lrs_ = std::move(lrs);
+}
+
+double LRScheduler::get_last_lr() const {
+  AXLE_CHECK(!last_lrs_.empty(), "[LRScheduler] get_last_lr() before the first step");
+  return last_lrs_.front();
+}
+
+// ---- StepLR ----
+StepLR::StepLR(Optimizer& opt, int64_t step_size, double gamma) : LRScheduler(opt), step_size_(step_size), gamma_(gamma) {
+  AXLE_CHECK(step_size > 0, "[StepLR] expected step_size > 0, got ", step_size);
+  initial_step();
+}
+
+std::vector<double> StepLR::get_lr() const {
+  std::vector<double> out;
+  for (const auto& g : opt_.param_groups()) {
+    bool decay = last_epoch_ != 0 && last_epoch_ % step_size_ == 0;
+    out.push_back(decay ? g.lr * gamma_ : g.lr);
+  }
+  return out;
+}
+
+// ---- CosineAnnealingLR ----
+CosineAnnealingLR::CosineAnnealingLR(Optimizer& opt, int64_t T_max, double eta_min)
+    : LRScheduler(opt), T_max_(T_max), eta_min_(eta_min) {
+  AXLE_CHECK(T_max > 0, "[CosineAnnealingLR] expected T_max > 0, got ", T_max);
+  initial_step();
+}
+
+std::vector<double> CosineAnnealingLR::get_lr() const {
+  const double pi = std::numbers::pi;
+  const double T = double(T_max_);
+  const auto& groups = opt_.param_groups();
+  std::vector<double> out;
+  // Python's floor modulo.
+  auto pymod = [](int64_t a, int64_t b) { int64_t r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; };
+  for (size_t i = 0; i < groups.size(); ++i) {
+    double lr = groups[i].lr, base = base_lrs_[i];
+    double e = double(last_epoch_);
+    if (last_epoch_ == 0) {
+      out.push_back(lr);
+    } else if (step_count_ == 1 && last_epoch_ > 0) {
+      out.push_back(eta_min_ + (base - eta_min_) * (1 + std::cos(e * pi / T)) / 2);
+    } else if (pymod(last_epoch_ - 1 - T_max_, 2 * T_max_) == 0) {
+      out.push_back(lr + (base - eta_min_) * (1 - std::cos(pi / T)) / 2);
+    } else {
+      out.push_back((1 + std::cos(pi * e / T)) / (1 + std::cos(pi * (e - 1) / T)) * (lr - eta_min_) + eta_min_);
+    }
+  }
+  return out;
+}
+
+}  // namespace axle::optim

@@ -1,0 +1,198 @@
+// axle-train end to end: flag errors, data errors and a short training run,
+// through the real binary (AXLE_TRAIN_BIN).
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+#include <sstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kRoot = "/usr/share/datasets/fashion-mnist";
+bool have_real_data() { return fs::exists(kRoot + "/train-images-idx3-ubyte.gz"); }
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    char tmpl[] = "/tmp/axle_test_cli_XXXXXX";
+    path = mkdtemp(tmpl);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+  std::string operator/(const std::string& name) const { return (path / name).string(); }
+};
+
+struct Result {
+  int status = -1;
+  std::string out, err;
+};
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// Runs axle-train with `args`; stdout and stderr captured separately.
+Result run(const std::string& args) {
+  TempDir d;
+  const std::string cmd =
+      std::string("'") + AXLE_TRAIN_BIN + "' " + args + " >'" + (d / "out") + "' 2>'" + (d / "err") + "'";
+  const int ws = std::system(cmd.c_str());
+  Result r;
+  r.status = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + (WIFSIGNALED(ws) ? WTERMSIG(ws) : 0);
+  r.out = slurp(d / "out");
+  r.err = slurp(d / "err");
+  return r;
+}
+
+int count_lines(const std::string& s) { return static_cast<int>(std::count(s.begin(), s.end(), '\n')); }
+
+// One line "axle-train: error: ..." containing `needle`, exit status 2.
+void expect_usage_error(const Result& r, const std::string& needle) {
+  EXPECT_EQ(r.status, 2) << r.err;
+  EXPECT_EQ(r.err.rfind("axle-train: error: ", 0), 0u) << r.err;
+  EXPECT_EQ(count_lines(r.err), 1) << r.err;
+  EXPECT_NE(r.err.find(needle), std::string::npos) << "expected '" << needle << "' in: " << r.err;
+}
+
+std::vector<unsigned char> idx_bytes(int ndim, const std::vector<uint32_t>& dims, size_t payload) {
+  std::vector<unsigned char> b{0, 0, 0x08, static_cast<unsigned char>(ndim)};
+  for (uint32_t d : dims)
+    for (int s = 24; s >= 0; s -= 8) b.push_back((d >> s) & 255);
+  uint32_t x = 12345;
+  for (size_t i = 0; i < payload; ++i) {
+    x = x * 1664525u + 1013904223u;
+    b.push_back(static_cast<unsigned char>(ndim == 1 ? (x >> 24) % 10 : x >> 24));
+  }
+  return b;
+}
+
+void write_gz(const std::string& path, const std::vector<unsigned char>& bytes) {
+  {
+    std::ofstream f(path + ".raw", std::ios::binary);
+    f.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  }
+  const std::string cmd = "gzip -n -c '" + path + ".raw' > '" + path + "'";
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  fs::remove(path + ".raw");
+}
+
+}  // namespace
+
+TEST(Cli, Help) {
+  Result r = run("--help");
+  EXPECT_EQ(r.status, 0);
+  EXPECT_NE(r.out.find("--max-steps"), std::string::npos) << r.out;
+}
+
+TEST(Cli, BadFlags) {
+  expect_usage_error(run("--bogus"), "--bogus");
+  expect_usage_error(run("--model resnet"), "resnet");
+  expect_usage_error(run("--epochs abc"), "--epochs");
+  expect_usage_error(run("--batch-size 0"), "--batch-size");
+  expect_usage_error(run("--lr -1"), "--lr");
+  expect_usage_error(run("--optimizer lbfgs"), "lbfgs");
+  expect_usage_error(run("--epochs"), "--epochs");
+}
+
+TEST(Cli, NotAvailableYet) {
+  expect_usage_error(run("--pattern ddp"), "not available yet");
+  expect_usage_error(run("--pattern compiled --device cpu"), "use --device xla");
+  expect_usage_error(run("--devices 4"), "not available yet");
+}
+
+TEST(Cli, MissingDataDirectory) {
+  TempDir d;
+  const Result r = run("--data '" + (d / "no-such-dir") + "' --max-steps 1");
+  expect_usage_error(r, d / "no-such-dir");
+  EXPECT_NE(r.err.find("does not exist"), std::string::npos);
+}
+
+TEST(Cli, MissingJsonDirectory) {
+  TempDir d;
+  expect_usage_error(run("--max-steps 1 --json '" + (d / "nope/r.json") + "'"), d / "nope");
+}
+
+TEST(Cli, TruncatedIdxFile) {
+  TempDir d;
+  write_gz(d / "train-labels-idx1-ubyte.gz", idx_bytes(1, {64}, 64));
+  write_gz(d / "t10k-images-idx3-ubyte.gz", idx_bytes(3, {16, 28, 28}, 16 * 784));
+  write_gz(d / "t10k-labels-idx1-ubyte.gz", idx_bytes(1, {16}, 16));
+  // header claims 64 images, the file holds 40
+  write_gz(d / "train-images-idx3-ubyte.gz", idx_bytes(3, {64, 28, 28}, 40 * 784));
+  Result r = run("--data '" + d.path.string() + "' --max-steps 1");
+  expect_usage_error(r, d / "train-images-idx3-ubyte.gz");
+  EXPECT_NE(r.err.find("truncated"), std::string::npos) << r.err;
+  // a gzip stream cut short
+  write_gz(d / "train-images-idx3-ubyte.gz", idx_bytes(3, {64, 28, 28}, 64 * 784));
+  fs::resize_file(d / "train-images-idx3-ubyte.gz", fs::file_size(d / "train-images-idx3-ubyte.gz") / 2);
+  r = run("--data '" + d.path.string() + "' --max-steps 1");
+  expect_usage_error(r, d / "train-images-idx3-ubyte.gz");
+  // a corrupt (non-IDX) file
+  {
+    std::ofstream f(d / "train-images-idx3-ubyte.gz", std::ios::trunc);
+    f << "<html>not a data set</html>\n";
+  }
+  r = run("--data '" + d.path.string() + "' --max-steps 1");
+  expect_usage_error(r, "bad magic number");
+}
+
+TEST(Cli, ShortMlpRunWritesJson) {
+  if (!have_real_data()) GTEST_SKIP() << "dataset-fashion-mnist is not installed";
+  TempDir d;
+  const std::string json = d / "r.json";
+  const Result r = run("--model mlp --max-steps 30 --threads 1 --json '" + json + "'");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("test accuracy"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(json + ".tmp"));
+  nlohmann::json j = nlohmann::json::parse(slurp(json));
+  EXPECT_EQ(j.at("pattern"), "single");
+  EXPECT_EQ(j.at("device"), "xla");  // the default: the lazy device
+  // One graph for the 30 training steps, one for evaluation (10 full batches of 1000).
+  EXPECT_EQ(j.at("counters").at("UncachedCompile"), 2);
+  EXPECT_EQ(j.at("counters").at("MarkStep"), 60);
+  EXPECT_EQ(j.at("model"), "mlp");
+  EXPECT_EQ(j.at("world_size"), 1);
+  EXPECT_EQ(j.at("epochs"), 1);
+  EXPECT_EQ(j.at("steps"), 30);
+  EXPECT_EQ(j.at("batch_size"), 128);
+  const auto losses = j.at("losses").get<std::vector<double>>();
+  ASSERT_EQ(losses.size(), 30u);
+  EXPECT_DOUBLE_EQ(j.at("final_loss").get<double>(), losses.back());
+  // untrained 10-class start near ln(10), then a clear downward trend
+  EXPECT_NEAR(losses.front(), std::log(10.0), 0.3);
+  const double first = std::accumulate(losses.begin(), losses.begin() + 10, 0.0) / 10;
+  const double last = std::accumulate(losses.end() - 10, losses.end(), 0.0) / 10;
+  EXPECT_LT(last, first - 0.5) << "first 10 steps " << first << ", last 10 " << last;
+  const double acc = j.at("test_accuracy").get<double>();
+  EXPECT_GT(acc, 0.5);
+  EXPECT_LE(acc, 1.0);
+  EXPECT_GT(j.at("train_seconds").get<double>(), 0.0);
+  EXPECT_GT(j.at("median_step_ms").get<double>(), 0.0);
+  EXPECT_GT(j.at("samples_per_second").get<double>(), 0.0);
+  EXPECT_TRUE(j.at("counters").is_object());
+  EXPECT_TRUE(j.at("metrics").is_object());
+
+  // Same seed, same losses (model init and shuffling are seeded); another seed differs.
+  const std::string json2 = d / "r2.json", json3 = d / "r3.json";
+  ASSERT_EQ(run("--model mlp --max-steps 30 --threads 1 --json '" + json2 + "'").status, 0);
+  EXPECT_EQ(nlohmann::json::parse(slurp(json2)).at("losses").get<std::vector<double>>(), losses);
+  ASSERT_EQ(run("--model mlp --max-steps 5 --threads 1 --seed 1 --json '" + json3 + "'").status, 0);
+  EXPECT_NE(nlohmann::json::parse(slurp(json3)).at("losses").get<std::vector<double>>()[0], losses[0]);
+}

@@ -1,0 +1,906 @@
+// The table-driven op test: one row per public op function (include/axle/ops.h).
+//
+// Each row names its inputs (shape, dtype, value range), the axle call, and an
+// independent double-precision reference (tests/op_reference.h, plain loops).
+// For every row:
+//   Forward               axle == reference (1e-5 rel/abs for float32, exact for ints/bool),
+//                         on every device in devices_to_check();
+//   ForwardNonContiguous  the same with every input a strided, permuted view (NaN in the gaps);
+//   Gradient              (differentiable rows) backward of sum(out0 * R) for a fixed random R
+//                         equals central finite differences of the reference in double, for
+//                         every floating input, from contiguous and from non-contiguous leaves.
+// Adding an op: a line in src/ops/ops.def, its family file, and ONE ROW in op_table() below.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <numeric>
+#include <set>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "axle/axle.h"
+#include "axle/runtime.h"
+#include "op_reference.h"
+
+// Rows and inputs use designated initializers that leave the other fields at their defaults.
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
+
+namespace {
+
+using namespace axle;
+using ref::Arr;
+
+// ======================================================================== devices
+/// Devices whose results must equal the reference. Only the eager cpu device exists
+/// today; when the lazy `xla` device lands, add it here and every row then also checks
+/// lazy results (and lazy gradients) against the same references as eager ones.
+std::vector<Device> devices_to_check() { return {kCPU, axle::device()}; }
+
+// ======================================================================== inputs
+/// How one input of a row is generated.
+struct InSpec {
+  Shape shape;
+  DType dtype = kFloat32;
+  double lo = -1, hi = 1;       ///< uniform range (integers: inclusive)
+  double min_abs = 0;           ///< keep |x| >= min_abs (away from kinks at 0)
+  std::vector<double> values;   ///< explicit row-major values (override random)
+  std::vector<double> choices;  ///< random picks from this set (ties for eq / argmax)
+  bool distinct = false;        ///< well-separated values in [lo, hi] (max, min, pooling)
+  bool grad = true;             ///< gradient-checked when floating and the row is differentiable
+};
+
+InSpec F(Shape s, double lo = -1, double hi = 1) { return {.shape = std::move(s), .lo = lo, .hi = hi}; }
+/// Floats with |x| in [0.1, 1]: for abs, relu and other kinks at 0.
+InSpec Nz(Shape s) { return {.shape = std::move(s), .lo = -1, .hi = 1, .min_abs = 0.1}; }
+/// Floats in [0.2, 2]: for log, sqrt, pow bases, divisors.
+InSpec Pos(Shape s) { return {.shape = std::move(s), .lo = 0.2, .hi = 2}; }
+/// Distinct, well separated floats: for max/min and pooling (gradients go to one element).
+InSpec D(Shape s, double lo = -1, double hi = 1) { return {.shape = std::move(s), .lo = lo, .hi = hi, .distinct = true}; }
+/// A float input that is not gradient-checked (running statistics, ...).
+InSpec Fng(Shape s, double lo = -1, double hi = 1) { return {.shape = std::move(s), .lo = lo, .hi = hi, .grad = false}; }
+InSpec I(Shape s, double lo, double hi, DType dt = kInt64) { return {.shape = std::move(s), .dtype = dt, .lo = lo, .hi = hi}; }
+InSpec Idx(Shape s, std::vector<double> v) { return {.shape = std::move(s), .dtype = kInt64, .values = std::move(v)}; }
+InSpec Bool(Shape s) { return {.shape = std::move(s), .dtype = kBool, .choices = {0, 1}}; }
+InSpec Pick(Shape s, std::vector<double> c, DType dt = kFloat32) {
+  return {.shape = std::move(s), .dtype = dt, .choices = std::move(c)};
+}
+
+/// splitmix64: deterministic on every platform.
+struct Rng {
+  uint64_t s;
+  explicit Rng(uint64_t seed) : s(seed) {}
+  uint64_t next() {
+    uint64_t z = (s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  double uniform() { return double(next() >> 11) * 0x1.0p-53; }  // [0, 1)
+};
+uint64_t seed_of(const std::string& name, size_t k) {
+  uint64_t h = 1469598103934665603ull;
+  for (char c : name) h = (h ^ uint8_t(c)) * 1099511628211ull;
+  return h + 7919 * k;
+}
+
+/// The values of one input, already representable in its dtype.
+Arr generate(const InSpec& sp, uint64_t seed) {
+  Arr a = ref::zeros(sp.shape, sp.dtype);
+  Rng r(seed);
+  const size_t n = a.v.size();
+  if (!sp.values.empty()) {
+    if (sp.values.size() != n) throw std::logic_error("row input: wrong number of explicit values");
+    a.v = sp.values;
+  } else if (!sp.choices.empty()) {
+    for (double& x : a.v) x = sp.choices[size_t(r.next() % sp.choices.size())];
+  } else if (sp.distinct) {
+    std::vector<size_t> perm(n);
+    std::iota(perm.begin(), perm.end(), size_t(0));
+    for (size_t i = n; i > 1; --i) std::swap(perm[i - 1], perm[size_t(r.next() % i)]);
+    for (size_t i = 0; i < n; ++i) a.v[i] = sp.lo + (sp.hi - sp.lo) * (double(perm[i]) + 0.5) / double(n);
+  } else if (ref::is_float(sp.dtype)) {
+    for (double& x : a.v) {
+      do x = sp.lo + (sp.hi - sp.lo) * r.uniform();
+      while (std::abs(x) < sp.min_abs);
+    }
+  } else {
+    const int64_t lo = int64_t(sp.lo), span = int64_t(sp.hi) - lo + 1;
+    for (double& x : a.v) x = double(lo + int64_t(r.next() % uint64_t(span)));
+  }
+  for (double& x : a.v) x = ref::store_as(x, sp.dtype);
+  return a;
+}
+
+Tensor to_tensor(const Arr& a) { return from_vector(a.v, a.shape, {.dtype = a.dtype}); }
+
+/// The same logical values as `a`, laid out as a non-contiguous view: the storage holds the
+/// dims in reverse order with the last dim of size > 1 doubled (gaps filled with NaN, or a
+/// large int), and the view is slice(step 2) + permute. Inputs of one element stay contiguous.
+Tensor to_noncontiguous(const Arr& a) {
+  const int64_t n = a.dim();
+  int64_t dd = -1;  // logical dim that gets the gaps
+  for (int64_t d = 0; d < n; ++d)
+    if (a.shape[size_t(d)] > 1) dd = d;
+  if (dd < 0) return to_tensor(a);
+  const int64_t bd = n - 1 - dd;  // its position in the (reversed) storage
+  Shape bs(a.shape.rbegin(), a.shape.rend());
+  bs[size_t(bd)] *= 2;
+  const double junk = ref::is_float(a.dtype) ? std::numeric_limits<double>::quiet_NaN()
+                      : a.dtype == kBool    ? 1.0
+                                            : 1e9;
+  std::vector<double> base(size_t(ref::numel(bs)), junk);
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    ref::Index idx = ref::unravel(i, a.shape), bi(idx.rbegin(), idx.rend());
+    bi[size_t(bd)] *= 2;
+    base[size_t(ref::ravel(bi, bs))] = a.v[size_t(i)];
+  }
+  Tensor b = from_vector(base, bs, {.dtype = a.dtype});
+  Tensor v = slice(b, bd, 0, bs[size_t(bd)], 2);
+  Shape p(static_cast<size_t>(n));
+  for (int64_t d = 0; d < n; ++d) p[size_t(d)] = n - 1 - d;
+  return permute(v, p);
+}
+
+// ======================================================================== rows
+using Outs = std::vector<Tensor>;
+using AxleFn = std::function<Outs(const std::vector<Tensor>&)>;
+using RefFn = std::function<std::vector<Arr>(const std::vector<Arr>&)>;
+
+Outs to_outs(Tensor t) { return {std::move(t)}; }
+Outs to_outs(std::pair<Tensor, Tensor> p) { return {std::move(p.first), std::move(p.second)}; }
+std::vector<Arr> to_arrs(Arr a) { return {std::move(a)}; }
+std::vector<Arr> to_arrs(std::vector<Arr> v) { return v; }
+
+/// `AX(expr)`: the axle call, inputs in `x`. `RF(expr)`: the reference, inputs in `a`.
+#define AX(...) [](const std::vector<Tensor>& x) -> Outs { return to_outs(__VA_ARGS__); }
+#define RF(...) [](const std::vector<Arr>& a) -> std::vector<Arr> { return to_arrs(__VA_ARGS__); }
+
+struct OpCase {
+  std::string name;
+  std::vector<InSpec> in;
+  AxleFn fn;
+  RefFn ref;
+  bool diff = true;        ///< check gradients of output 0 w.r.t. floating inputs
+  bool noncontig = true;   ///< also run on non-contiguous views (false only for view())
+  double tol = 1e-5;       ///< forward: |got - want| <= tol * (1 + |want|)
+  double grad_atol = 1e-4, grad_rtol = 1e-3;
+};
+void PrintTo(const OpCase& c, std::ostream* os) { *os << c.name; }
+
+using ref::Red;
+Reduction to_axle(Red r) { return r == Red::None ? Reduction::None : r == Red::Sum ? Reduction::Sum : Reduction::Mean; }
+
+double pow_d(double u, double v) { return std::pow(u, v); }
+
+std::vector<OpCase> build_table() {
+  using namespace ref;
+  std::vector<OpCase> t;
+  auto row = [&](OpCase c) { t.push_back(std::move(c)); };
+
+  // ---------------------------------------------------------------- unary
+  row({"neg", {F({2, 3, 4})}, AX(neg(x[0])), RF(map(a[0], [](double v) { return -v; }))});
+  row({"neg_operator", {F({2, 3})}, AX(-x[0]), RF(map(a[0], [](double v) { return -v; }))});
+  row({"neg_int64", {I({2, 3}, -5, 5)}, AX(neg(x[0])), RF(map(a[0], [](double v) { return -v; })), false});
+  row({"exp", {F({2, 3, 4}, -2, 2)}, AX(exp(x[0])), RF(map(a[0], [](double v) { return std::exp(v); }))});
+  row({"exp_int64", {I({5}, -3, 3)}, AX(exp(x[0])),
+       RF(map(a[0], [](double v) { return std::exp(v); }, kFloat32)), false});
+  row({"log", {Pos({2, 3, 4})}, AX(log(x[0])), RF(map(a[0], [](double v) { return std::log(v); }))});
+  row({"sqrt", {Pos({2, 3, 4})}, AX(sqrt(x[0])), RF(map(a[0], [](double v) { return std::sqrt(v); }))});
+  row({"rsqrt", {Pos({2, 3, 4})}, AX(rsqrt(x[0])), RF(map(a[0], [](double v) { return 1 / std::sqrt(v); }))});
+  row({"abs", {Nz({2, 3, 4})}, AX(abs(x[0])), RF(map(a[0], [](double v) { return std::abs(v); }))});
+  row({"abs_int32", {I({7}, -9, 9, kInt32)}, AX(abs(x[0])), RF(map(a[0], [](double v) { return std::abs(v); })), false});
+  row({"relu", {Nz({2, 3, 4})}, AX(relu(x[0])), RF(map(a[0], [](double v) { return v > 0 ? v : 0.0; }))});
+  row({"relu_int64", {I({9}, -4, 4)}, AX(relu(x[0])), RF(map(a[0], [](double v) { return v > 0 ? v : 0.0; })), false});
+  row({"gelu", {F({2, 3, 4}, -3, 3)}, AX(gelu(x[0])), RF(map(a[0], ref::gelu))});
+  row({"sigmoid", {F({2, 3, 4}, -4, 4)}, AX(sigmoid(x[0])), RF(map(a[0], ref::sigmoid))});
+  row({"tanh", {F({2, 3, 4}, -3, 3)}, AX(tanh(x[0])), RF(map(a[0], [](double v) { return std::tanh(v); }))});
+  row({"square", {F({2, 3, 4}, -2, 2)}, AX(square(x[0])), RF(map(a[0], [](double v) { return v * v; }))});
+  row({"exp_method", {F({3, 4}, -2, 2)}, AX(x[0].exp()), RF(map(a[0], [](double v) { return std::exp(v); }))});
+  row({"log_method", {Pos({3, 4})}, AX(x[0].log()), RF(map(a[0], [](double v) { return std::log(v); }))});
+  row({"relu_method", {Nz({3, 4})}, AX(x[0].relu()), RF(map(a[0], [](double v) { return v > 0 ? v : 0.0; }))});
+  // Copy (clone / contiguous).
+  row({"clone", {F({2, 3, 4})}, AX(x[0].clone()), RF(a[0])});
+  row({"contiguous_of_transposed", {F({3, 4})}, AX(x[0].t().contiguous()), RF(permute(a[0], {1, 0}))});
+  // A unary op on a stride-0 (expanded) input.
+  row({"relu_of_expanded", {Nz({3, 1})}, AX(relu(expand(x[0], {2, 3, 4}))),
+       RF(map(expand(a[0], {2, 3, 4}), [](double v) { return v > 0 ? v : 0.0; }))});
+
+  // ---------------------------------------------------------------- binary, same shape and broadcast
+  row({"add", {F({2, 3, 4}), F({2, 3, 4})}, AX(add(x[0], x[1])), RF(arith(a[0], a[1], std::plus<double>()))});
+  row({"add_broadcast", {F({2, 1, 4}), F({3, 1})}, AX(add(x[0], x[1])), RF(arith(a[0], a[1], std::plus<double>()))});
+  row({"add_operator", {F({3, 4}), F({4})}, AX(x[0] + x[1]), RF(arith(a[0], a[1], std::plus<double>()))});
+  row({"add_0d", {F({3, 4}), F({})}, AX(add(x[0], x[1])), RF(arith(a[0], a[1], std::plus<double>()))});
+  row({"add_int64", {I({2, 3}, -50, 50), I({3}, -50, 50)}, AX(add(x[0], x[1])),
+       RF(arith(a[0], a[1], std::plus<double>())), false});
+  row({"add_int32_int64", {I({4}, -50, 50, kInt32), I({4}, -50, 50)}, AX(add(x[0], x[1])),
+       RF(arith(a[0], a[1], std::plus<double>())), false});
+  row({"add_int64_float", {I({2, 3}, -5, 5), F({2, 3})}, AX(add(x[0], x[1])),
+       RF(arith(a[0], a[1], std::plus<double>()))});
+  row({"sub", {F({2, 3, 4}), F({2, 3, 4})}, AX(sub(x[0], x[1])), RF(arith(a[0], a[1], std::minus<double>()))});
+  row({"sub_broadcast", {F({4}), F({3, 1})}, AX(x[0] - x[1]), RF(arith(a[0], a[1], std::minus<double>()))});
+  row({"mul", {F({2, 3, 4}), F({2, 3, 4})}, AX(mul(x[0], x[1])), RF(arith(a[0], a[1], std::multiplies<double>()))});
+  row({"mul_broadcast", {F({2, 1, 4}), F({1, 3, 1})}, AX(x[0] * x[1]),
+       RF(arith(a[0], a[1], std::multiplies<double>()))});
+  row({"mul_int32", {I({5}, -9, 9, kInt32), I({5}, -9, 9, kInt32)}, AX(mul(x[0], x[1])),
+       RF(arith(a[0], a[1], std::multiplies<double>())), false});
+  row({"div", {F({2, 3, 4}), Pos({2, 3, 4})}, AX(div(x[0], x[1])), RF(arith(a[0], a[1], std::divides<double>()))});
+  row({"div_broadcast", {F({3, 4}), Pos({3, 1})}, AX(x[0] / x[1]), RF(arith(a[0], a[1], std::divides<double>()))});
+  row({"div_int64", {I({6}, -9, 9), I({6}, 1, 4)}, AX(div(x[0], x[1])),
+       RF(arith(a[0], a[1], std::divides<double>(), true)), false});
+  row({"pow", {Pos({2, 3, 4}), F({2, 3, 4}, -2, 2)}, AX(pow(x[0], x[1])), RF(arith(a[0], a[1], pow_d, true))});
+  row({"pow_broadcast", {Pos({3, 4}), F({4}, -2, 2)}, AX(pow(x[0], x[1])), RF(arith(a[0], a[1], pow_d, true))});
+  row({"maximum", {F({2, 3, 4}), F({2, 3, 4})}, AX(maximum(x[0], x[1])),
+       RF(arith(a[0], a[1], [](double u, double v) { return std::max(u, v); }))});
+  row({"maximum_broadcast", {F({3, 4}), F({4})}, AX(maximum(x[0], x[1])),
+       RF(arith(a[0], a[1], [](double u, double v) { return std::max(u, v); }))});
+  row({"minimum", {F({2, 3, 4}), F({2, 3, 4})}, AX(minimum(x[0], x[1])),
+       RF(arith(a[0], a[1], [](double u, double v) { return std::min(u, v); }))});
+  row({"minimum_broadcast", {F({2, 1}), F({2, 5})}, AX(minimum(x[0], x[1])),
+       RF(arith(a[0], a[1], [](double u, double v) { return std::min(u, v); }))});
+  row({"minimum_int64", {I({8}, -3, 3), I({8}, -3, 3)}, AX(minimum(x[0], x[1])),
+       RF(arith(a[0], a[1], [](double u, double v) { return std::min(u, v); })), false});
+
+  // ---------------------------------------------------------------- comparisons (ties on purpose)
+  const std::vector<double> few{-1, -0.5, 0, 0.5, 1};
+  row({"eq", {Pick({3, 4}, few), Pick({3, 4}, few)}, AX(eq(x[0], x[1])), RF(compare(a[0], a[1], std::equal_to<double>())), false});
+  row({"ne", {Pick({3, 4}, few), Pick({3, 4}, few)}, AX(ne(x[0], x[1])), RF(compare(a[0], a[1], std::not_equal_to<double>())), false});
+  row({"lt", {Pick({3, 4}, few), Pick({3, 4}, few)}, AX(lt(x[0], x[1])), RF(compare(a[0], a[1], std::less<double>())), false});
+  row({"le", {Pick({3, 4}, few), Pick({3, 4}, few)}, AX(le(x[0], x[1])), RF(compare(a[0], a[1], std::less_equal<double>())), false});
+  row({"gt", {Pick({3, 4}, few), Pick({3, 4}, few)}, AX(gt(x[0], x[1])), RF(compare(a[0], a[1], std::greater<double>())), false});
+  row({"ge", {Pick({3, 4}, few), Pick({3, 4}, few)}, AX(ge(x[0], x[1])), RF(compare(a[0], a[1], std::greater_equal<double>())), false});
+  row({"lt_broadcast", {Pick({2, 1, 4}, few), Pick({3, 1}, few)}, AX(lt(x[0], x[1])),
+       RF(compare(a[0], a[1], std::less<double>())), false});
+  row({"eq_int64", {I({3, 4}, 0, 2), I({4}, 0, 2)}, AX(eq(x[0], x[1])), RF(compare(a[0], a[1], std::equal_to<double>())), false});
+  row({"ge_int64_float", {I({6}, -2, 2), Pick({6}, few)}, AX(ge(x[0], x[1])),
+       RF(compare(a[0], a[1], std::greater_equal<double>())), false});
+
+  // ---------------------------------------------------------------- scalar forms and operators with a double
+  row({"add_scalar", {F({2, 3})}, AX(add(x[0], 1.5)), RF(arith(a[0], scalar_for(a[0], 1.5), std::plus<double>()))});
+  row({"sub_scalar", {F({2, 3})}, AX(sub(x[0], 0.25)), RF(arith(a[0], scalar_for(a[0], 0.25), std::minus<double>()))});
+  row({"mul_scalar", {F({2, 3})}, AX(mul(x[0], -3.0)), RF(arith(a[0], scalar_for(a[0], -3.0), std::multiplies<double>()))});
+  row({"div_scalar", {F({2, 3})}, AX(div(x[0], 4.0)), RF(arith(a[0], scalar_for(a[0], 4.0), std::divides<double>()))});
+  row({"add_scalar_int64", {I({5}, -9, 9)}, AX(add(x[0], 3.0)), RF(arith(a[0], scalar_for(a[0], 3.0), std::plus<double>())), false});
+  row({"add_scalar_int64_fraction", {I({5}, -9, 9)}, AX(add(x[0], 0.5)),
+       RF(arith(a[0], scalar_for(a[0], 0.5), std::plus<double>())), false});
+  row({"mul_scalar_int64", {I({5}, -9, 9)}, AX(mul(x[0], 2.0)),
+       RF(arith(a[0], scalar_for(a[0], 2.0), std::multiplies<double>())), false});
+  row({"div_scalar_int64", {I({5}, -9, 9)}, AX(div(x[0], 2.0)),
+       RF(arith(a[0], scalar_for(a[0], 2.0), std::divides<double>(), true)), false});
+  row({"eq_scalar", {Pick({3, 4}, few)}, AX(eq(x[0], 0.5)), RF(compare(a[0], scalar(0.5), std::equal_to<double>())), false});
+  row({"ne_scalar", {Pick({3, 4}, few)}, AX(ne(x[0], 0.5)), RF(compare(a[0], scalar(0.5), std::not_equal_to<double>())), false});
+  row({"lt_scalar", {Pick({3, 4}, few)}, AX(lt(x[0], 0.0)), RF(compare(a[0], scalar(0.0), std::less<double>())), false});
+  row({"le_scalar", {Pick({3, 4}, few)}, AX(le(x[0], 0.0)), RF(compare(a[0], scalar(0.0), std::less_equal<double>())), false});
+  row({"gt_scalar", {Pick({3, 4}, few)}, AX(gt(x[0], -0.5)), RF(compare(a[0], scalar(-0.5), std::greater<double>())), false});
+  row({"ge_scalar", {Pick({3, 4}, few)}, AX(ge(x[0], -0.5)), RF(compare(a[0], scalar(-0.5), std::greater_equal<double>())), false});
+  row({"lt_scalar_int64_fraction", {I({7}, -3, 3)}, AX(lt(x[0], 0.5)),
+       RF(compare(a[0], scalar(0.5), std::less<double>())), false});
+  row({"scalar_operators", {F({2, 3})}, AX((x[0] + 1.0) * 2.0 - x[0] / 4.0),
+       RF(map(a[0], [](double v) { return (v + 1) * 2 - v / 4; }))});
+  row({"scalar_left_operators", {Pos({2, 3})}, AX((2.0 - x[0]) + (3.0 / x[0]) + (1.0 + x[0]) * (0.5 * x[0])),
+       RF(map(a[0], [](double v) { return (2 - v) + 3 / v + (1 + v) * (0.5 * v); }))});
+  row({"pow_scalar_3", {F({2, 3, 4}, -2, 2)}, AX(pow(x[0], 3.0)), RF(map(a[0], [](double v) { return v * v * v; }))});
+  row({"pow_scalar_2", {F({2, 3, 4}, -2, 2)}, AX(pow(x[0], 2.0)), RF(map(a[0], [](double v) { return v * v; }))});
+  row({"pow_scalar_1", {F({2, 3, 4}, -2, 2)}, AX(pow(x[0], 1.0)), RF(map(a[0], [](double v) { return v; }))});
+  row({"pow_scalar_half", {Pos({2, 3, 4})}, AX(pow(x[0], 0.5)), RF(map(a[0], [](double v) { return std::sqrt(v); }))});
+  row({"pow_scalar_negative", {Pos({2, 3, 4})}, AX(pow(x[0], -1.5)), RF(map(a[0], [](double v) { return std::pow(v, -1.5); }))});
+
+  // ---------------------------------------------------------------- where, cast
+  row({"where", {Bool({3, 4}), F({3, 4}), F({3, 4})}, AX(where(x[0], x[1], x[2])),
+       RF(zip3(a[0], a[1], a[2], [](double c, double u, double v) { return c != 0 ? u : v; }, kFloat32))});
+  row({"where_broadcast", {Bool({3, 1}), F({4}), F({2, 1, 1})}, AX(where(x[0], x[1], x[2])),
+       RF(zip3(a[0], a[1], a[2], [](double c, double u, double v) { return c != 0 ? u : v; }, kFloat32))});
+  row({"where_int64", {Bool({6}), I({6}, -9, 9), I({6}, -9, 9)}, AX(where(x[0], x[1], x[2])),
+       RF(zip3(a[0], a[1], a[2], [](double c, double u, double v) { return c != 0 ? u : v; }, kInt64)), false});
+  row({"cast_float_to_float", {F({2, 3})}, AX(cast(x[0], kFloat32)), RF(a[0])});
+  row({"cast_float_to_int64", {F({2, 5}, -5, 5)}, AX(cast(x[0], kInt64)),
+       RF(map(a[0], [](double v) { return std::trunc(v); }, kInt64)), false});
+  row({"cast_float_to_int32", {F({2, 5}, -5, 5)}, AX(cast(x[0], kInt32)),
+       RF(map(a[0], [](double v) { return std::trunc(v); }, kInt32)), false});
+  row({"cast_float_to_bool", {Pick({3, 4}, few)}, AX(cast(x[0], kBool)),
+       RF(map(a[0], [](double v) { return v != 0 ? 1.0 : 0.0; }, kBool)), false});
+  row({"cast_int64_to_float", {I({6}, -100, 100)}, AX(cast(x[0], kFloat32)), RF(map(a[0], [](double v) { return v; }, kFloat32)), false});
+  row({"cast_bool_to_float", {Bool({6})}, AX(cast(x[0], kFloat32)), RF(map(a[0], [](double v) { return v; }, kFloat32)), false});
+  row({"cast_int64_to_int32", {I({6}, -100, 100)}, AX(cast(x[0], kInt32)), RF(map(a[0], [](double v) { return v; }, kInt32)), false});
+  row({"cast_int32_to_bool", {I({6}, -1, 1, kInt32)}, AX(cast(x[0], kBool)),
+       RF(map(a[0], [](double v) { return v != 0 ? 1.0 : 0.0; }, kBool)), false});
+  row({"to_dtype_method", {F({4}, -3, 3)}, AX(x[0].to(kInt64)), RF(map(a[0], [](double v) { return std::trunc(v); }, kInt64)), false});
+
+  // ---------------------------------------------------------------- reductions
+  row({"sum_all", {F({2, 3, 4})}, AX(sum(x[0])), RF(reduce(a[0], {}, false, vsum, kFloat32))});
+  row({"sum_dim", {F({2, 3, 4})}, AX(sum(x[0], {1})), RF(reduce(a[0], {1}, false, vsum, kFloat32))});
+  row({"sum_dims_keepdim", {F({2, 3, 4})}, AX(sum(x[0], {0, 2}, true)), RF(reduce(a[0], {0, 2}, true, vsum, kFloat32))});
+  row({"sum_negative_dim", {F({2, 3, 4})}, AX(x[0].sum({-1})), RF(reduce(a[0], {-1}, false, vsum, kFloat32))});
+  row({"sum_all_keepdim", {F({2, 3})}, AX(sum(x[0], {}, true)), RF(reduce(a[0], {}, true, vsum, kFloat32))});
+  row({"sum_int64", {I({3, 4}, -9, 9)}, AX(sum(x[0], {1})), RF(reduce(a[0], {1}, false, vsum, kInt64)), false});
+  row({"sum_int32", {I({3, 4}, -9, 9, kInt32)}, AX(sum(x[0])), RF(reduce(a[0], {}, false, vsum, sum_dtype(kInt32))), false});
+  row({"sum_bool", {Bool({3, 4})}, AX(sum(x[0], {0})), RF(reduce(a[0], {0}, false, vsum, sum_dtype(kBool))), false});
+  row({"mean_all", {F({2, 3, 4})}, AX(mean(x[0])), RF(reduce(a[0], {}, false, vmean, kFloat32))});
+  row({"mean_method", {F({2, 3, 4})}, AX(x[0].mean({2}, true)), RF(reduce(a[0], {2}, true, vmean, kFloat32))});
+  row({"mean_dim_keepdim", {F({2, 3, 4})}, AX(mean(x[0], {1}, true)), RF(reduce(a[0], {1}, true, vmean, kFloat32))});
+  row({"mean_dims", {F({2, 3, 4})}, AX(x[0].mean({0, -1})), RF(reduce(a[0], {0, -1}, false, vmean, kFloat32))});
+  row({"amax_all", {D({2, 3, 4})}, AX(amax(x[0])), RF(reduce(a[0], {}, false, vmax, kFloat32))});
+  row({"amax_dim", {D({2, 3, 4})}, AX(amax(x[0], {1})), RF(reduce(a[0], {1}, false, vmax, kFloat32))});
+  row({"amax_dims_keepdim", {D({2, 3, 4})}, AX(amax(x[0], {0, 2}, true)), RF(reduce(a[0], {0, 2}, true, vmax, kFloat32))});
+  row({"amin_all", {D({2, 3, 4})}, AX(amin(x[0])), RF(reduce(a[0], {}, false, vmin, kFloat32))});
+  row({"amin_dims", {D({2, 3, 4})}, AX(amin(x[0], {-1, 0})), RF(reduce(a[0], {-1, 0}, false, vmin, kFloat32))});
+  row({"amax_int64", {I({3, 4}, -9, 9)}, AX(amax(x[0], {1})), RF(reduce(a[0], {1}, false, vmax, kInt64)), false});
+  row({"max_all", {D({3, 4})}, AX(max(x[0])), RF(reduce(a[0], {}, false, vmax, kFloat32))});
+  row({"min_all", {D({3, 4})}, AX(min(x[0])), RF(reduce(a[0], {}, false, vmin, kFloat32))});
+  row({"max_dim", {D({2, 3, 4})}, AX(max(x[0], 1)),
+       RF(std::vector<Arr>{reduce(a[0], {1}, false, vmax, kFloat32), reduce(a[0], {1}, false, vargmax, kInt64)})});
+  row({"max_dim_keepdim", {D({2, 3, 4})}, AX(max(x[0], -1, true)),
+       RF(std::vector<Arr>{reduce(a[0], {-1}, true, vmax, kFloat32), reduce(a[0], {-1}, true, vargmax, kInt64)})});
+  row({"min_dim", {D({2, 3, 4})}, AX(min(x[0], 0)),
+       RF(std::vector<Arr>{reduce(a[0], {0}, false, vmin, kFloat32), reduce(a[0], {0}, false, vargmin, kInt64)})});
+  row({"min_dim_keepdim", {D({2, 3, 4})}, AX(min(x[0], 2, true)),
+       RF(std::vector<Arr>{reduce(a[0], {2}, true, vmin, kFloat32), reduce(a[0], {2}, true, vargmin, kInt64)})});
+  row({"argmax", {D({2, 3, 4})}, AX(argmax(x[0], 1)), RF(reduce(a[0], {1}, false, vargmax, kInt64)), false});
+  row({"argmax_keepdim_method", {D({2, 3, 4})}, AX(x[0].argmax(-1, true)), RF(reduce(a[0], {-1}, true, vargmax, kInt64)), false});
+  row({"argmax_ties_first", {Pick({4, 6}, {0, 1, 2})}, AX(argmax(x[0], 1)), RF(reduce(a[0], {1}, false, vargmax, kInt64)), false});
+  row({"argmin", {D({2, 3, 4})}, AX(argmin(x[0], 0)), RF(reduce(a[0], {0}, false, vargmin, kInt64)), false});
+  row({"argmin_ties_first", {Pick({6, 4}, {0, 1, 2})}, AX(argmin(x[0], 0, true)), RF(reduce(a[0], {0}, true, vargmin, kInt64)), false});
+  row({"argmax_int64", {I({3, 5}, -2, 2)}, AX(argmax(x[0], 1)), RF(reduce(a[0], {1}, false, vargmax, kInt64)), false});
+  row({"logsumexp", {F({2, 3, 4}, -3, 3)}, AX(logsumexp(x[0], {1})), RF(reduce(a[0], {1}, false, vlogsumexp, kFloat32))});
+  row({"logsumexp_dims_keepdim", {F({2, 3, 4}, -3, 3)}, AX(logsumexp(x[0], {0, 2}, true)),
+       RF(reduce(a[0], {0, 2}, true, vlogsumexp, kFloat32))});
+  row({"logsumexp_large", {F({3, 5}, 80, 100)}, AX(logsumexp(x[0], {1})), RF(reduce(a[0], {1}, false, vlogsumexp, kFloat32))});
+  row({"logsumexp_very_negative", {F({3, 5}, -120, -100)}, AX(logsumexp(x[0], {-1})),
+       RF(reduce(a[0], {-1}, false, vlogsumexp, kFloat32))});
+  row({"var_all", {F({2, 3, 4})}, AX(var(x[0])), RF(reduce(a[0], {}, false, [](auto& v) { return vvar(v, 1); }, kFloat32))});
+  row({"var_dim_biased", {F({2, 3, 4})}, AX(var(x[0], {1}, 0)),
+       RF(reduce(a[0], {1}, false, [](auto& v) { return vvar(v, 0); }, kFloat32))});
+  row({"var_dims_keepdim", {F({2, 3, 4})}, AX(var(x[0], {0, 2}, 1, true)),
+       RF(reduce(a[0], {0, 2}, true, [](auto& v) { return vvar(v, 1); }, kFloat32))});
+  row({"var_offset_values", {F({4, 6}, 100, 101)}, AX(var(x[0], {1})),
+       RF(reduce(a[0], {1}, false, [](auto& v) { return vvar(v, 1); }, kFloat32)), true, true, 1e-4, 1e-3, 1e-2});
+
+  // ---------------------------------------------------------------- shape
+  row({"reshape", {F({2, 3, 4})}, AX(reshape(x[0], {4, 6})), RF(reshape(a[0], {4, 6}))});
+  row({"reshape_infer", {F({2, 3, 4})}, AX(x[0].reshape({3, -1})), RF(reshape(a[0], {3, 8}))});
+  row({"reshape_to_0d", {F({1, 1})}, AX(reshape(x[0], {})), RF(reshape(a[0], {}))});
+  row({"reshape_int64", {I({2, 6}, -9, 9)}, AX(reshape(x[0], {3, 2, 2})), RF(reshape(a[0], {3, 2, 2})), false});
+  // view() must not copy, so it only runs on contiguous inputs.
+  row({"view", {F({2, 3, 4})}, AX(view(x[0], {6, -1})), RF(reshape(a[0], {6, 4})), true, false});
+  row({"view_method", {F({2, 3, 4})}, AX(x[0].view({24})), RF(reshape(a[0], {24})), true, false});
+  row({"permute", {F({2, 3, 4})}, AX(permute(x[0], {2, 0, 1})), RF(permute(a[0], {2, 0, 1}))});
+  row({"permute_negative", {F({2, 3, 4})}, AX(x[0].permute({-1, -3, -2})), RF(permute(a[0], {2, 0, 1}))});
+  row({"transpose", {F({2, 3, 4})}, AX(transpose(x[0], 0, 2)), RF(permute(a[0], {2, 1, 0}))});
+  row({"transpose_negative", {F({2, 3, 4})}, AX(x[0].transpose(-1, 1)), RF(permute(a[0], {0, 2, 1}))});
+  row({"t_method", {F({3, 5})}, AX(x[0].t()), RF(permute(a[0], {1, 0}))});
+  row({"expand", {F({3, 1})}, AX(expand(x[0], {2, 3, 4})), RF(expand(a[0], {2, 3, 4}))});
+  row({"expand_keep", {F({1, 4})}, AX(x[0].expand({3, -1})), RF(expand(a[0], {3, 4}))});
+  row({"expand_0d", {F({})}, AX(expand(x[0], {2, 3})), RF(expand(a[0], {2, 3}))});
+  row({"squeeze_dim", {F({2, 1, 3})}, AX(squeeze(x[0], 1)), RF(reshape(a[0], {2, 3}))});
+  row({"squeeze_dim_not_one", {F({2, 1, 3})}, AX(squeeze(x[0], 0)), RF(reshape(a[0], {2, 1, 3}))});
+  row({"squeeze_negative", {F({2, 3, 1})}, AX(x[0].squeeze(-1)), RF(reshape(a[0], {2, 3}))});
+  row({"squeeze_all", {F({1, 2, 1, 3, 1})}, AX(squeeze(x[0])), RF(reshape(a[0], {2, 3}))});
+  row({"unsqueeze", {F({2, 3})}, AX(unsqueeze(x[0], 1)), RF(reshape(a[0], {2, 1, 3}))});
+  row({"unsqueeze_end", {F({2, 3})}, AX(x[0].unsqueeze(-1)), RF(reshape(a[0], {2, 3, 1}))});
+  row({"flatten", {F({2, 3, 4})}, AX(flatten(x[0])), RF(reshape(a[0], {24}))});
+  row({"flatten_range", {F({2, 3, 4, 2})}, AX(x[0].flatten(1, 2)), RF(reshape(a[0], {2, 12, 2}))});
+  row({"flatten_negative", {F({2, 3, 4})}, AX(flatten(x[0], -2)), RF(reshape(a[0], {2, 12}))});
+  row({"slice", {F({4, 6})}, AX(slice(x[0], 1, 1, 5)), RF(slice(a[0], 1, 1, 5, 1))});
+  row({"slice_step", {F({7, 3})}, AX(slice(x[0], 0, 1, 7, 3)), RF(slice(a[0], 0, 1, 7, 3))});
+  row({"slice_negative", {F({3, 8})}, AX(slice(x[0], -1, -6, -1, 2)), RF(slice(a[0], 1, 2, 7, 2))});
+  row({"slice_clamped", {F({3, 5})}, AX(slice(x[0], 1, 2, 100)), RF(slice(a[0], 1, 2, 5, 1))});
+  row({"narrow", {F({4, 6})}, AX(narrow(x[0], 1, 2, 3)), RF(slice(a[0], 1, 2, 5, 1))});
+  row({"narrow_method", {F({5, 3})}, AX(x[0].narrow(0, -3, 2)), RF(slice(a[0], 0, 2, 4, 1))});
+  row({"cat_dim0", {F({2, 3}), F({1, 3}), F({3, 3})}, AX(cat({x[0], x[1], x[2]}, 0)), RF(cat({a[0], a[1], a[2]}, 0))});
+  row({"cat_dim1", {F({2, 2, 3}), F({2, 4, 3})}, AX(cat({x[0], x[1]}, 1)), RF(cat({a[0], a[1]}, 1))});
+  row({"cat_negative_dim", {F({2, 3}), F({2, 1})}, AX(cat({x[0], x[1]}, -1)), RF(cat({a[0], a[1]}, -1))});
+  row({"cat_single", {F({2, 3})}, AX(cat({x[0]}, 0)), RF(cat({a[0]}, 0))});
+  row({"cat_int64", {I({2, 2}, -9, 9), I({1, 2}, -9, 9)}, AX(cat({x[0], x[1]}, 0)), RF(cat({a[0], a[1]}, 0)), false});
+  row({"stack", {F({2, 3}), F({2, 3}), F({2, 3})}, AX(stack({x[0], x[1], x[2]}, 0)), RF(stack({a[0], a[1], a[2]}, 0))});
+  row({"stack_last", {F({2, 3}), F({2, 3})}, AX(stack({x[0], x[1]}, -1)), RF(stack({a[0], a[1]}, -1))});
+  row({"index_select_dim0", {F({5, 3}), Idx({4}, {4, 0, 4, 2})}, AX(index_select(x[0], 0, x[1])),
+       RF(index_select(a[0], 0, a[1]))});
+  row({"index_select_dim1", {F({2, 4, 3}), Idx({5}, {3, 3, 0, 1, 3})}, AX(index_select(x[0], 1, x[1])),
+       RF(index_select(a[0], 1, a[1]))});
+  row({"index_select_negative_dim", {F({3, 4}), Idx({2}, {1, 1})}, AX(index_select(x[0], -1, x[1])),
+       RF(index_select(a[0], 1, a[1]))});
+  row({"index_select_int64", {I({4, 2}, -9, 9), Idx({3}, {3, 0, 3})}, AX(index_select(x[0], 0, x[1])),
+       RF(index_select(a[0], 0, a[1])), false});
+  row({"gather_dim0", {F({3, 4}), Idx({2, 4}, {2, 0, 1, 2, 0, 0, 2, 1})}, AX(gather(x[0], 0, x[1])),
+       RF(gather(a[0], 0, a[1]))});
+  row({"gather_dim1", {F({3, 4}), Idx({3, 5}, {3, 0, 0, 1, 2, 1, 1, 1, 3, 0, 2, 3, 2, 0, 0})}, AX(gather(x[0], 1, x[1])),
+       RF(gather(a[0], 1, a[1]))});
+  row({"gather_3d_smaller_index", {F({2, 3, 4}), Idx({2, 2, 3}, {0, 2, 1, 1, 1, 0, 2, 0, 2, 2, 2, 1})},
+       AX(gather(x[0], 1, x[1])), RF(gather(a[0], 1, a[1]))});
+
+  // ---------------------------------------------------------------- linear algebra
+  row({"matmul_2d", {F({3, 4}), F({4, 5})}, AX(matmul(x[0], x[1])), RF(matmul(a[0], a[1]))});
+  row({"matmul_dot", {F({6}), F({6})}, AX(matmul(x[0], x[1])), RF(matmul(a[0], a[1]))});
+  row({"matmul_vec_mat", {F({4}), F({4, 3})}, AX(matmul(x[0], x[1])), RF(matmul(a[0], a[1]))});
+  row({"matmul_mat_vec", {F({3, 4}), F({4})}, AX(matmul(x[0], x[1])), RF(matmul(a[0], a[1]))});
+  row({"matmul_batched", {F({2, 3, 4}), F({2, 4, 5})}, AX(matmul(x[0], x[1])), RF(matmul(a[0], a[1]))});
+  row({"matmul_batched_2d", {F({2, 3, 4}), F({4, 5})}, AX(matmul(x[0], x[1])), RF(matmul(a[0], a[1]))});
+  row({"matmul_2d_batched", {F({3, 4}), F({2, 4, 5})}, AX(matmul(x[0], x[1])), RF(matmul(a[0], a[1]))});
+  row({"matmul_broadcast_batch", {F({2, 1, 3, 4}), F({3, 4, 2})}, AX(matmul(x[0], x[1])), RF(matmul(a[0], a[1]))});
+  row({"matmul_vec_batched", {F({4}), F({2, 4, 3})}, AX(matmul(x[0], x[1])), RF(matmul(a[0], a[1]))});
+  row({"linear", {F({3, 4}), F({5, 4}), F({5})}, AX(linear(x[0], x[1], x[2])), RF(linear(a[0], a[1], &a[2]))});
+  row({"linear_no_bias", {F({3, 4}), F({5, 4})}, AX(linear(x[0], x[1])), RF(linear(a[0], a[1], nullptr))});
+  row({"linear_3d", {F({2, 3, 4}), F({2, 4}), F({2})}, AX(linear(x[0], x[1], x[2])), RF(linear(a[0], a[1], &a[2]))});
+  row({"linear_1d", {F({4}), F({3, 4}), F({3})}, AX(linear(x[0], x[1], x[2])), RF(linear(a[0], a[1], &a[2]))});
+
+  // ---------------------------------------------------------------- convolution
+  row({"conv2d", {F({2, 3, 6, 6}), F({4, 3, 3, 3}), F({4})}, AX(conv2d(x[0], x[1], x[2])),
+       RF(conv2d(a[0], a[1], &a[2], {}))});
+  row({"conv2d_stride_padding_no_bias", {F({2, 2, 7, 6}), F({3, 2, 3, 3})},
+       AX(conv2d(x[0], x[1], {}, {.stride = {2, 2}, .padding = {1, 1}})),
+       RF(conv2d(a[0], a[1], nullptr, {.sh = 2, .sw = 2, .ph = 1, .pw = 1}))});
+  row({"conv2d_dilation", {F({1, 2, 7, 7}), F({2, 2, 3, 3}), F({2})},
+       AX(conv2d(x[0], x[1], x[2], {.padding = {2, 2}, .dilation = {2, 2}})),
+       RF(conv2d(a[0], a[1], &a[2], {.ph = 2, .pw = 2, .dh = 2, .dw = 2}))});
+  row({"conv2d_groups", {F({2, 4, 5, 5}), F({6, 2, 3, 3}), F({6})}, AX(conv2d(x[0], x[1], x[2], {.groups = 2})),
+       RF(conv2d(a[0], a[1], &a[2], {.groups = 2}))});
+  row({"conv2d_depthwise", {F({1, 3, 5, 5}), F({3, 1, 3, 3})}, AX(conv2d(x[0], x[1], {}, {.padding = {1, 1}, .groups = 3})),
+       RF(conv2d(a[0], a[1], nullptr, {.ph = 1, .pw = 1, .groups = 3}))});
+  row({"conv2d_asymmetric", {F({2, 2, 5, 8}), F({3, 2, 2, 3}), F({3})},
+       AX(conv2d(x[0], x[1], x[2], {.stride = {2, 1}, .padding = {0, 1}, .dilation = {1, 2}})),
+       RF(conv2d(a[0], a[1], &a[2], {.sh = 2, .sw = 1, .ph = 0, .pw = 1, .dh = 1, .dw = 2}))});
+  row({"conv2d_1x1", {F({2, 4, 3, 3}), F({5, 4, 1, 1})}, AX(conv2d(x[0], x[1])), RF(conv2d(a[0], a[1], nullptr, {}))});
+
+  // ---------------------------------------------------------------- pooling
+  row({"max_pool2d", {D({2, 2, 4, 6})}, AX(max_pool2d(x[0])), RF(max_pool2d(a[0], {}))});
+  row({"max_pool2d_floor", {D({1, 2, 5, 7})}, AX(max_pool2d(x[0])), RF(max_pool2d(a[0], {}))});
+  row({"max_pool2d_stride_padding", {D({1, 2, 5, 5})}, AX(max_pool2d(x[0], {.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}})),
+       RF(max_pool2d(a[0], {.kh = 3, .kw = 3, .sh = 2, .sw = 2, .ph = 1, .pw = 1}))});
+  row({"max_pool2d_negative_padded", {D({1, 2, 4, 4}, -2, -1)},
+       AX(max_pool2d(x[0], {.kernel = {2, 2}, .stride = {1, 1}, .padding = {1, 1}})),
+       RF(max_pool2d(a[0], {.kh = 2, .kw = 2, .sh = 1, .sw = 1, .ph = 1, .pw = 1}))});
+  row({"max_pool2d_overlap_asymmetric", {D({2, 1, 5, 7})}, AX(max_pool2d(x[0], {.kernel = {3, 2}, .stride = {1, 2}})),
+       RF(max_pool2d(a[0], {.kh = 3, .kw = 2, .sh = 1, .sw = 2}))});
+  row({"avg_pool2d", {F({2, 2, 4, 6})}, AX(avg_pool2d(x[0])), RF(avg_pool2d(a[0], {}))});
+  row({"avg_pool2d_pad_included", {F({1, 2, 5, 5})}, AX(avg_pool2d(x[0], {.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}})),
+       RF(avg_pool2d(a[0], {.kh = 3, .kw = 3, .sh = 2, .sw = 2, .ph = 1, .pw = 1}))});
+  row({"avg_pool2d_pad_excluded", {F({1, 2, 5, 5})},
+       AX(avg_pool2d(x[0], {.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}, .count_include_pad = false})),
+       RF(avg_pool2d(a[0], {.kh = 3, .kw = 3, .sh = 2, .sw = 2, .ph = 1, .pw = 1, .count_include_pad = false}))});
+  row({"avg_pool2d_asymmetric", {F({2, 1, 6, 5})}, AX(avg_pool2d(x[0], {.kernel = {2, 3}, .stride = {2, 1}})),
+       RF(avg_pool2d(a[0], {.kh = 2, .kw = 3, .sh = 2, .sw = 1}))});
+  row({"adaptive_avg_pool2d_even", {F({2, 2, 6, 6})}, AX(adaptive_avg_pool2d(x[0], {3, 3})), RF(adaptive_avg_pool2d(a[0], 3, 3))});
+  row({"adaptive_avg_pool2d_uneven", {F({1, 2, 5, 7})}, AX(adaptive_avg_pool2d(x[0], {3, 4})), RF(adaptive_avg_pool2d(a[0], 3, 4))});
+  row({"adaptive_avg_pool2d_global", {F({2, 3, 4, 5})}, AX(adaptive_avg_pool2d(x[0], {1, 1})), RF(adaptive_avg_pool2d(a[0], 1, 1))});
+
+  // ---------------------------------------------------------------- normalization
+  // Inputs: x, weight, bias, running_mean, running_var. Outputs: y, then the running stats after the call.
+  auto bn = [](bool training, double momentum, double eps) {
+    return [=](const std::vector<Tensor>& x) -> Outs {
+      Tensor y = batch_norm(x[0], x[1], x[2], x[3], x[4], training, momentum, eps);
+      return {y, x[3], x[4]};
+    };
+  };
+  auto bn_ref = [](bool training, double momentum, double eps) {
+    return [=](const std::vector<Arr>& a) -> std::vector<Arr> {
+      return ref::batch_norm(a[0], &a[1], &a[2], a[3], a[4], training, momentum, eps);
+    };
+  };
+  row({"batch_norm_train", {F({4, 3, 2, 2}, -2, 2), F({3}, 0.5, 1.5), F({3}), Fng({3}), Fng({3}, 0.5, 2)}, bn(true, 0.1, 1e-5),
+       bn_ref(true, 0.1, 1e-5)});
+  row({"batch_norm_train_2d_momentum", {F({6, 4}), F({4}, 0.5, 1.5), F({4}), Fng({4}), Fng({4}, 0.5, 2)}, bn(true, 0.3, 1e-3),
+       bn_ref(true, 0.3, 1e-3)});
+  row({"batch_norm_eval", {F({3, 3, 2, 2}, -2, 2), F({3}, 0.5, 1.5), F({3}), Fng({3}), Fng({3}, 0.5, 2)}, bn(false, 0.1, 1e-5),
+       bn_ref(false, 0.1, 1e-5)});
+  row({"layer_norm", {F({2, 3, 4}, -2, 2), F({4}, 0.5, 1.5), F({4})}, AX(layer_norm(x[0], {4}, x[1], x[2])),
+       RF(ref::layer_norm(a[0], 1, &a[1], &a[2], 1e-5))});
+  row({"layer_norm_2dims", {F({2, 3, 4}, -2, 2), F({3, 4}, 0.5, 1.5), F({3, 4})}, AX(layer_norm(x[0], {3, 4}, x[1], x[2], 1e-3)),
+       RF(ref::layer_norm(a[0], 2, &a[1], &a[2], 1e-3))});
+  row({"layer_norm_no_affine", {F({3, 5}, -2, 2)}, AX(layer_norm(x[0], {5})), RF(ref::layer_norm(a[0], 1, nullptr, nullptr, 1e-5))});
+
+  // ---------------------------------------------------------------- dropout (deterministic forms; training mode has its own tests)
+  row({"dropout_eval", {F({3, 4})}, AX(dropout(x[0], 0.5, false)), RF(a[0])});
+  row({"dropout_p0", {F({3, 4})}, AX(dropout(x[0], 0.0, true)), RF(a[0])});
+
+  // ---------------------------------------------------------------- softmax
+  row({"softmax", {F({3, 5}, -3, 3)}, AX(softmax(x[0], 1)), RF(along(a[0], 1, vsoftmax))});
+  row({"softmax_dim0", {F({4, 3, 2}, -3, 3)}, AX(softmax(x[0], 0)), RF(along(a[0], 0, vsoftmax))});
+  row({"softmax_negative_dim", {F({2, 3, 4}, -3, 3)}, AX(softmax(x[0], -2)), RF(along(a[0], 1, vsoftmax))});
+  row({"softmax_large", {F({2, 6}, 50, 100)}, AX(softmax(x[0], -1)), RF(along(a[0], 1, vsoftmax)), true, true, 1e-5, 1e-4,
+       1e-2});
+  row({"log_softmax", {F({3, 5}, -3, 3)}, AX(log_softmax(x[0], 1)), RF(along(a[0], 1, vlog_softmax))});
+  row({"log_softmax_dim0", {F({4, 3, 2}, -3, 3)}, AX(log_softmax(x[0], 0)), RF(along(a[0], 0, vlog_softmax))});
+  row({"log_softmax_large", {F({2, 6}, -100, 100)}, AX(log_softmax(x[0], -1)), RF(along(a[0], 1, vlog_softmax)), true,
+       true, 1e-5, 1e-4, 1e-2});
+
+  // ---------------------------------------------------------------- losses
+  auto ce = [](Red r, int64_t ignore, double ls) {
+    return [=](const std::vector<Tensor>& x) -> Outs {
+      return {cross_entropy(x[0], x[1], {.reduction = to_axle(r), .ignore_index = ignore, .label_smoothing = ls})};
+    };
+  };
+  auto ce_ref = [](Red r, int64_t ignore, double ls) {
+    return [=](const std::vector<Arr>& a) -> std::vector<Arr> { return {ref::cross_entropy(a[0], a[1], r, ignore, ls)}; };
+  };
+  row({"cross_entropy_mean", {F({4, 5}, -3, 3), Idx({4}, {1, 0, 4, 1})}, ce(Red::Mean, -100, 0), ce_ref(Red::Mean, -100, 0)});
+  row({"cross_entropy_sum", {F({4, 5}, -3, 3), Idx({4}, {1, 0, 4, 1})}, ce(Red::Sum, -100, 0), ce_ref(Red::Sum, -100, 0)});
+  row({"cross_entropy_none", {F({4, 5}, -3, 3), Idx({4}, {1, 0, 4, 1})}, ce(Red::None, -100, 0), ce_ref(Red::None, -100, 0)});
+  row({"cross_entropy_default_options", {F({3, 4}, -3, 3), Idx({3}, {3, 2, 0})}, AX(cross_entropy(x[0], x[1])),
+       RF(ref::cross_entropy(a[0], a[1], Red::Mean, -100, 0))});
+  row({"cross_entropy_ignore_default", {F({5, 3}, -3, 3), Idx({5}, {2, -100, 0, -100, 1})}, ce(Red::Mean, -100, 0),
+       ce_ref(Red::Mean, -100, 0)});
+  row({"cross_entropy_ignore_index", {F({5, 3}, -3, 3), Idx({5}, {2, 1, 0, 1, 1})}, ce(Red::Mean, 1, 0), ce_ref(Red::Mean, 1, 0)});
+  row({"cross_entropy_ignore_none", {F({5, 3}, -3, 3), Idx({5}, {2, 1, 0, 1, 1})}, ce(Red::None, 1, 0), ce_ref(Red::None, 1, 0)});
+  row({"cross_entropy_label_smoothing", {F({4, 5}, -3, 3), Idx({4}, {1, 0, 4, 1})}, ce(Red::Mean, -100, 0.1),
+       ce_ref(Red::Mean, -100, 0.1)});
+  row({"cross_entropy_label_smoothing_sum", {F({4, 5}, -3, 3), Idx({4}, {1, 0, 4, 1})}, ce(Red::Sum, -100, 0.2),
+       ce_ref(Red::Sum, -100, 0.2)});
+  row({"cross_entropy_label_smoothing_ignore", {F({5, 3}, -3, 3), Idx({5}, {2, -100, 0, 1, -100})}, ce(Red::Mean, -100, 0.3),
+       ce_ref(Red::Mean, -100, 0.3)});
+  row({"cross_entropy_spatial", {F({2, 3, 4}, -3, 3), Idx({2, 4}, {0, 2, 1, 1, 2, 2, 0, 1})}, ce(Red::Mean, -100, 0),
+       ce_ref(Red::Mean, -100, 0)});
+  row({"cross_entropy_spatial_none", {F({2, 3, 2, 2}, -3, 3), Idx({2, 2, 2}, {0, 2, 1, 1, 2, 2, 0, 1})}, ce(Red::None, -100, 0),
+       ce_ref(Red::None, -100, 0)});
+  auto nll = [](Red r, int64_t ignore) {
+    return [=](const std::vector<Tensor>& x) -> Outs { return {nll_loss(x[0], x[1], to_axle(r), ignore)}; };
+  };
+  auto nll_ref = [](Red r, int64_t ignore) {
+    return [=](const std::vector<Arr>& a) -> std::vector<Arr> { return {ref::nll_smooth(a[0], a[1], r, ignore, 0)}; };
+  };
+  row({"nll_loss_mean", {F({4, 5}, -3, 0), Idx({4}, {4, 0, 2, 2})}, nll(Red::Mean, -100), nll_ref(Red::Mean, -100)});
+  row({"nll_loss_sum", {F({4, 5}, -3, 0), Idx({4}, {4, 0, 2, 2})}, nll(Red::Sum, -100), nll_ref(Red::Sum, -100)});
+  row({"nll_loss_none", {F({4, 5}, -3, 0), Idx({4}, {4, 0, 2, 2})}, nll(Red::None, -100), nll_ref(Red::None, -100)});
+  row({"nll_loss_ignore_index", {F({4, 5}, -3, 0), Idx({4}, {4, 3, 2, 3})}, nll(Red::Mean, 3), nll_ref(Red::Mean, 3)});
+  row({"nll_loss_default", {F({3, 4}, -3, 0), Idx({3}, {3, -100, 1})}, AX(nll_loss(x[0], x[1])),
+       RF(ref::nll_smooth(a[0], a[1], Red::Mean, -100, 0))});
+  row({"mse_loss_mean", {F({3, 4}), F({3, 4})}, AX(mse_loss(x[0], x[1])), RF(ref::mse_loss(a[0], a[1], Red::Mean))});
+  row({"mse_loss_sum", {F({3, 4}), F({3, 4})}, AX(mse_loss(x[0], x[1], Reduction::Sum)), RF(ref::mse_loss(a[0], a[1], Red::Sum))});
+  row({"mse_loss_none", {F({2, 3, 2}), F({2, 3, 2})}, AX(mse_loss(x[0], x[1], Reduction::None)),
+       RF(ref::mse_loss(a[0], a[1], Red::None))});
+  row({"embedding", {F({5, 3}), Idx({2, 4}, {4, 0, 1, 4, 4, 2, 0, 3})}, AX(embedding(x[0], x[1])), RF(ref::embedding(a[0], a[1]))});
+  row({"embedding_1d", {F({4, 2}), Idx({3}, {3, 3, 1})}, AX(embedding(x[0], x[1])), RF(ref::embedding(a[0], a[1]))});
+  row({"embedding_int32_indices", {F({4, 2}), {.shape = {3}, .dtype = kInt32, .values = {2, 0, 2}}}, AX(embedding(x[0], x[1])),
+       RF(ref::embedding(a[0], a[1]))});
+
+  // ---------------------------------------------------------------- composites (several ops in one graph)
+  row({"mlp_block", {F({4, 6}), F({5, 6}), F({5}), F({3, 5}), Idx({4}, {2, 0, 1, 2})},
+       AX(cross_entropy(linear(relu(linear(x[0], x[1], x[2])), x[3]), x[4])),
+       RF(ref::cross_entropy(linear(map(linear(a[0], a[1], &a[2]), [](double v) { return v > 0 ? v : 0.0; }), a[3], nullptr),
+                             a[4], Red::Mean, -100, 0))});
+  return t;
+}
+
+const std::vector<OpCase>& op_table() {
+  static const std::vector<OpCase> t = build_table();
+  return t;
+}
+std::vector<OpCase> differentiable_rows() {
+  std::vector<OpCase> d;
+  for (const OpCase& c : op_table())
+    if (c.diff) d.push_back(c);
+  return d;
+}
+
+// ======================================================================== checks
+std::vector<Arr> make_inputs(const OpCase& c) {
+  std::vector<Arr> in;
+  for (size_t k = 0; k < c.in.size(); ++k) in.push_back(generate(c.in[k], seed_of(c.name, k)));
+  return in;
+}
+
+/// Shape, dtype and values of `got` against the reference `want`.
+void expect_matches(const Arr& want, const Tensor& got, double tol, const std::string& what) {
+  ASSERT_TRUE(got.defined()) << what << ": undefined result";
+  ASSERT_EQ(got.shape(), want.shape) << what << ": shape";
+  ASSERT_EQ(got.dtype(), want.dtype) << what << ": dtype";
+  std::vector<double> g = got.to_vector<double>();
+  const bool exact = !ref::is_float(want.dtype);
+  int bad = 0;
+  std::ostringstream msg;
+  for (size_t i = 0; i < g.size(); ++i) {
+    const double w = want.v[i];
+    const bool ok = exact ? g[i] == w : std::abs(g[i] - w) <= tol * (1 + std::abs(w));
+    if (!ok && bad++ < 5) msg << "\n  at " << i << ": got " << g[i] << ", want " << w;
+  }
+  EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << g.size() << " values differ" << msg.str();
+}
+
+class OpForward : public ::testing::TestWithParam<OpCase> {};
+class OpGradient : public ::testing::TestWithParam<OpCase> {};
+
+TEST_P(OpForward, MatchesReference) {
+  const OpCase& c = GetParam();
+  std::vector<Arr> in = make_inputs(c);
+  std::vector<Arr> want = c.ref(in);
+  for (const Device& dev : devices_to_check()) {
+    SCOPED_TRACE(::testing::Message() << "device " << dev);
+    std::vector<Tensor> x;
+    for (const Arr& a : in) x.push_back(to_tensor(a).to(dev));
+    Outs out = c.fn(x);
+    ASSERT_EQ(out.size(), want.size()) << "number of outputs";
+    for (size_t k = 0; k < out.size(); ++k)
+      expect_matches(want[k], out[k].cpu(), c.tol, "output " + std::to_string(k));
+  }
+}
+
+TEST_P(OpForward, NonContiguousInputs) {
+  const OpCase& c = GetParam();
+  if (!c.noncontig) GTEST_SKIP() << c.name << " requires contiguous inputs";
+  std::vector<Arr> in = make_inputs(c);
+  std::vector<Arr> want = c.ref(in);
+  for (const Device& dev : devices_to_check()) {
+    SCOPED_TRACE(::testing::Message() << "device " << dev);
+    std::vector<Tensor> x;
+    for (const Arr& a : in) {
+      Tensor t = to_noncontiguous(a);
+      if (a.numel() > 1) {
+        ASSERT_FALSE(t.is_contiguous()) << "harness: layout is contiguous";
+      }
+      ASSERT_EQ(t.to_vector<double>(), a.v) << "harness: non-contiguous copy differs";
+      x.push_back(t.to(dev));
+    }
+    Outs out = c.fn(x);
+    ASSERT_EQ(out.size(), want.size()) << "number of outputs";
+    for (size_t k = 0; k < out.size(); ++k)
+      expect_matches(want[k], out[k].cpu(), c.tol, "output " + std::to_string(k));
+  }
+}
+
+/// L(inputs) = sum(ref(inputs)[0] * R), in double.
+double weighted_ref(const OpCase& c, const std::vector<Arr>& in, const std::vector<double>& R) {
+  Arr y = c.ref(in)[0];
+  double s = 0;
+  for (size_t i = 0; i < R.size(); ++i) s += y.v[i] * R[i];
+  return s;
+}
+
+TEST_P(OpGradient, MatchesFiniteDifferences) {
+  const OpCase& c = GetParam();
+  std::vector<Arr> in = make_inputs(c);
+  Arr y = c.ref(in)[0];
+  ASSERT_TRUE(ref::is_float(y.dtype)) << "a differentiable row needs a floating output 0";
+  Arr R = generate(F(y.shape), seed_of(c.name, 1000));
+
+  // Central differences of the double reference (exact up to O(eps^2)).
+  std::vector<size_t> checked;
+  std::vector<std::vector<double>> fd(in.size());
+  const double eps = 1e-6;
+  for (size_t k = 0; k < in.size(); ++k) {
+    if (!ref::is_float(in[k].dtype) || !c.in[k].grad) continue;
+    checked.push_back(k);
+    fd[k].resize(in[k].v.size());
+    std::vector<Arr> p = in;
+    for (size_t i = 0; i < in[k].v.size(); ++i) {
+      p[k].v[i] = in[k].v[i] + eps;
+      double lp = weighted_ref(c, p, R.v);
+      p[k].v[i] = in[k].v[i] - eps;
+      double lm = weighted_ref(c, p, R.v);
+      p[k].v[i] = in[k].v[i];
+      fd[k][i] = (lp - lm) / (2 * eps);
+    }
+  }
+  ASSERT_FALSE(checked.empty()) << "no floating input to check";
+
+  for (const Device& dev : devices_to_check()) {
+    for (bool noncontig : {false, true}) {
+      if (noncontig && !c.noncontig) continue;
+      SCOPED_TRACE(::testing::Message() << "device " << dev << (noncontig ? ", non-contiguous leaves" : ", contiguous leaves"));
+      std::vector<Tensor> x;
+      for (size_t k = 0; k < in.size(); ++k) {
+        Tensor t = (noncontig ? to_noncontiguous(in[k]) : to_tensor(in[k])).to(dev);
+        if (!fd[k].empty()) t.set_requires_grad(true);
+        x.push_back(t);
+      }
+      Outs out = c.fn(x);
+      ASSERT_FALSE(out.empty());
+      ASSERT_TRUE(out[0].requires_grad()) << "output 0 does not require grad";
+      out[0].backward(to_tensor(R).to(dev));
+      for (size_t k : checked) {
+        Tensor g = x[k].grad();
+        double gmax = 0;
+        for (double v : fd[k]) gmax = std::max(gmax, std::abs(v));
+        if (!g.defined()) {
+          EXPECT_LE(gmax, c.grad_atol) << "input " << k << ": no gradient reached it, finite differences give up to " << gmax;
+          continue;
+        }
+        ASSERT_EQ(g.shape(), in[k].shape) << "input " << k << ": gradient shape";
+        std::vector<double> gv = g.cpu().to_vector<double>();
+        int bad = 0;
+        std::ostringstream msg;
+        for (size_t i = 0; i < gv.size(); ++i) {
+          if (std::abs(gv[i] - fd[k][i]) <= c.grad_atol + c.grad_rtol * std::abs(fd[k][i])) continue;
+          if (bad++ < 5) msg << "\n  at " << i << ": autograd " << gv[i] << ", finite differences " << fd[k][i];
+        }
+        EXPECT_EQ(bad, 0) << "input " << k << ": " << bad << " of " << gv.size() << " gradient values differ" << msg.str();
+      }
+    }
+  }
+}
+
+std::string row_name(const ::testing::TestParamInfo<OpCase>& i) { return i.param.name; }
+INSTANTIATE_TEST_SUITE_P(Ops, OpForward, ::testing::ValuesIn(op_table()), row_name);
+INSTANTIATE_TEST_SUITE_P(Ops, OpGradient, ::testing::ValuesIn(differentiable_rows()), row_name);
+
+TEST(OpTable, NamesAreUnique) {
+  std::set<std::string> seen;
+  for (const OpCase& c : op_table()) EXPECT_TRUE(seen.insert(c.name).second) << c.name;
+}
+
+
+// ======================================================================== dropout in training mode
+// Random, so not a reference row: mask statistics, scaling, seeding and the gradient.
+
+TEST(Dropout, MaskStatisticsAndScale) {
+  Generator g(1234);
+  const double p = 0.3;
+  Tensor x = uniform({200, 500}, 1, 2, {}, &g);  // never 0, so a 0 in y means dropped
+  Tensor y = dropout(x, p, true, &g);
+  ASSERT_EQ(y.shape(), x.shape());
+  ASSERT_EQ(y.dtype(), kFloat32);
+  std::vector<double> xv = x.to_vector<double>(), yv = y.to_vector<double>();
+  const size_t n = xv.size();
+  size_t dropped = 0, dropped_first_half = 0, both = 0, bad_scale = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const bool d = yv[i] == 0;
+    dropped += d;
+    if (i < n / 2) dropped_first_half += d;
+    if (i + 1 < n && d && yv[i + 1] == 0) ++both;
+    if (!d && std::abs(yv[i] - xv[i] / (1 - p)) > 1e-6 * std::abs(yv[i])) ++bad_scale;
+  }
+  EXPECT_EQ(bad_scale, 0u) << "kept values must be x / (1 - p)";
+  // Binomial(1e5, 0.3): sigma = 0.00145; 0.01 is about 7 sigma.
+  EXPECT_NEAR(double(dropped) / double(n), p, 0.01);
+  EXPECT_NEAR(double(dropped_first_half) / double(n / 2), p, 0.015);
+  // Neighbours are independent: P(both dropped) = p^2.
+  EXPECT_NEAR(double(both) / double(n - 1), p * p, 0.01);
+}
+
+TEST(Dropout, SeededIsReproducible) {
+  Tensor x = ones({4096});
+  Generator g1(7), g2(7), g3(8);
+  std::vector<float> a = dropout(x, 0.5, true, &g1).to_vector<float>();
+  std::vector<float> b = dropout(x, 0.5, true, &g2).to_vector<float>();
+  std::vector<float> c = dropout(x, 0.5, true, &g3).to_vector<float>();
+  std::vector<float> a2 = dropout(x, 0.5, true, &g1).to_vector<float>();
+  EXPECT_EQ(a, b) << "same seed, same mask";
+  EXPECT_NE(a, c) << "another seed, another mask";
+  EXPECT_NE(a, a2) << "the generator advances between calls";
+  manual_seed(99);
+  std::vector<float> d1 = dropout(x, 0.5, true).to_vector<float>();
+  manual_seed(99);
+  std::vector<float> d2 = dropout(x, 0.5, true).to_vector<float>();
+  EXPECT_EQ(d1, d2) << "the default generator follows manual_seed";
+}
+
+TEST(Dropout, GradientIsMaskTimesScale) {
+  Generator g(3);
+  const double p = 0.25;
+  Tensor x = uniform({50, 40}, 1, 2, {}, &g).set_requires_grad(true);
+  Tensor y = dropout(x, p, true, &g);
+  Tensor r = uniform({50, 40}, -1, 1, {}, &g);
+  y.backward(r);
+  ASSERT_TRUE(x.grad().defined());
+  std::vector<double> yv = y.to_vector<double>(), rv = r.to_vector<double>(), gv = x.grad().to_vector<double>();
+  int bad = 0;
+  for (size_t i = 0; i < gv.size(); ++i) {
+    const double want = yv[i] == 0 ? 0.0 : rv[i] / (1 - p);
+    if (std::abs(gv[i] - want) > 1e-6 * (1 + std::abs(want))) ++bad;
+  }
+  EXPECT_EQ(bad, 0);
+}
+
+TEST(Dropout, NonContiguousInput) {
+  Generator g(5);
+  Tensor base = uniform({30, 20}, 1, 2, {}, &g);
+  Tensor x = base.t();
+  Tensor y = dropout(x, 0.5, true, &g);
+  ASSERT_EQ(y.shape(), (Shape{20, 30}));
+  std::vector<double> xv = x.to_vector<double>(), yv = y.to_vector<double>();
+  int bad = 0;
+  for (size_t i = 0; i < xv.size(); ++i)
+    if (yv[i] != 0 && std::abs(yv[i] - 2 * xv[i]) > 1e-6 * yv[i]) ++bad;
+  EXPECT_EQ(bad, 0);
+}
+
+TEST(Dropout, AllDroppedWhenPIsOne) {
+  Tensor x = full({3, 4}, 2.0).set_requires_grad(true);
+  Tensor y = dropout(x, 1.0, true);
+  for (double v : y.to_vector<double>()) EXPECT_EQ(v, 0.0);
+  y.backward(ones({3, 4}));
+  for (double v : x.grad().to_vector<double>()) EXPECT_EQ(v, 0.0);
+}
+
+// ======================================================================== error paths
+// Bad input throws axle::Error whose message starts with "[op]" (the function the user called).
+
+struct ErrCase {
+  std::string name;
+  std::string op;  ///< the expected message prefix, e.g. "[matmul]"
+  std::function<void()> fn;
+};
+void PrintTo(const ErrCase& c, std::ostream* os) { *os << c.name; }
+
+std::vector<ErrCase> error_table() {
+  auto i64 = [](std::vector<int64_t> v) { Shape s{int64_t(v.size())}; return from_vector(v, s); };
+  std::vector<ErrCase> t = {
+      {"add_shapes", "[add]", [] { add(zeros({2, 3}), zeros({4})); }},
+      {"mul_shapes", "[mul]", [] { mul(zeros({2, 3}), zeros({3, 2})); }},
+      {"where_condition_dtype", "[where]", [] { where(zeros({2}), ones({2}), ones({2})); }},
+      {"where_shapes", "[where]", [] { where(ones({2}, {.dtype = kBool}), ones({3}), ones({2})); }},
+      {"reshape_numel", "[reshape]", [] { reshape(zeros({2, 3}), {4}); }},
+      {"view_needs_copy", "[view]", [] { view(zeros({2, 3}).t(), {6}); }},
+      {"permute_not_a_permutation", "[permute]", [] { permute(zeros({2, 3}), {0, 0}); }},
+      {"transpose_dim_range", "[transpose]", [] { transpose(zeros({2, 3}), 0, 2); }},
+      {"expand_incompatible", "[expand]", [] { expand(zeros({2, 3}), {4, 3}); }},
+      {"squeeze_dim_range", "[squeeze]", [] { squeeze(zeros({2, 1}), 2); }},
+      {"unsqueeze_dim_range", "[unsqueeze]", [] { unsqueeze(zeros({2, 3}), 4); }},
+      {"flatten_start_after_end", "[flatten]", [] { flatten(zeros({2, 3, 4}), 2, 1); }},
+      {"slice_zero_step", "[slice]", [] { slice(zeros({4}), 0, 0, 4, 0); }},
+      {"narrow_out_of_range", "[narrow]", [] { narrow(zeros({4, 3}), 0, 2, 3); }},
+      {"cat_shapes", "[cat]", [] { cat({zeros({2, 3}), zeros({2, 4})}, 0); }},
+      {"cat_empty", "[cat]", [] { cat({}, 0); }},
+      {"cat_dim_range", "[cat]", [] { cat({zeros({2, 3}), zeros({2, 3})}, 2); }},
+      {"stack_shapes", "[stack]", [] { stack({zeros({2, 3}), zeros({3, 2})}); }},
+      {"index_select_out_of_range", "[index_select]", [=] { index_select(zeros({3, 2}), 0, i64({0, 3})); }},
+      {"index_select_negative_index", "[index_select]", [=] { index_select(zeros({3, 2}), 0, i64({-1})); }},
+      {"index_select_float_index", "[index_select]", [] { index_select(zeros({3, 2}), 0, zeros({2})); }},
+      {"index_select_dim_range", "[index_select]", [=] { index_select(zeros({3, 2}), 2, i64({0})); }},
+      {"gather_out_of_range", "[gather]",
+       [] { gather(zeros({2, 3}), 1, from_vector(std::vector<int64_t>{0, 3, 1, 1}, {2, 2})); }},
+      {"gather_float_index", "[gather]", [] { gather(zeros({2, 3}), 1, zeros({2, 2})); }},
+      {"gather_rank_mismatch", "[gather]", [=] { gather(zeros({2, 3}), 1, i64({0, 1})); }},
+      {"sum_dim_range", "[sum]", [] { sum(zeros({2, 3}), {2}); }},
+      {"mean_dim_range", "[mean]", [] { mean(zeros({2, 3}), {-3}); }},
+      {"amax_dim_range", "[amax]", [] { amax(zeros({2, 3}), {5}); }},
+      {"max_dim_range", "[max]", [] { max(zeros({2, 3}), 2); }},
+      {"argmax_dim_range", "[argmax]", [] { argmax(zeros({2, 3}), 3); }},
+      {"logsumexp_dim_range", "[logsumexp]", [] { logsumexp(zeros({2, 3}), {4}); }},
+      {"var_dim_range", "[var]", [] { var(zeros({2, 3}), {2}); }},
+      {"softmax_dim_range", "[softmax]", [] { softmax(zeros({2, 3}), 2); }},
+      {"log_softmax_dim_range", "[log_softmax]", [] { log_softmax(zeros({2, 3}), -3); }},
+      {"matmul_inner_size", "[matmul]", [] { matmul(zeros({2, 3}), zeros({4, 5})); }},
+      {"matmul_batch_shapes", "[matmul]", [] { matmul(zeros({2, 2, 3}), zeros({3, 3, 4})); }},
+      {"matmul_0d", "[matmul]", [] { matmul(scalar_tensor(1.0), zeros({3})); }},
+      {"matmul_int64", "[matmul]", [] { matmul(zeros({2, 2}, {.dtype = kInt64}), zeros({2, 2})); }},
+      {"linear_in_features", "[linear]", [] { linear(zeros({2, 3}), zeros({4, 5})); }},
+      {"linear_bias_size", "[linear]", [] { linear(zeros({2, 3}), zeros({4, 3}), zeros({5})); }},
+      {"conv2d_channels", "[conv2d]", [] { conv2d(zeros({1, 3, 5, 5}), zeros({2, 4, 3, 3})); }},
+      {"conv2d_rank", "[conv2d]", [] { conv2d(zeros({5, 5}), zeros({2, 1, 3, 3})); }},
+      {"conv2d_groups", "[conv2d]", [] { conv2d(zeros({1, 3, 5, 5}), zeros({2, 1, 3, 3}), {}, {.groups = 2}); }},
+      {"conv2d_kernel_too_large", "[conv2d]", [] { conv2d(zeros({1, 1, 2, 2}), zeros({1, 1, 3, 3})); }},
+      {"conv2d_bias_size", "[conv2d]", [] { conv2d(zeros({1, 1, 4, 4}), zeros({2, 1, 3, 3}), zeros({3})); }},
+      {"max_pool2d_kernel_too_large", "[max_pool2d]", [] { max_pool2d(zeros({1, 1, 2, 2}), {.kernel = {3, 3}}); }},
+      {"max_pool2d_rank", "[max_pool2d]", [] { max_pool2d(zeros({4, 4})); }},
+      {"avg_pool2d_kernel_too_large", "[avg_pool2d]", [] { avg_pool2d(zeros({1, 1, 2, 2}), {.kernel = {3, 3}}); }},
+      {"adaptive_avg_pool2d_output_size", "[adaptive_avg_pool2d]", [] { adaptive_avg_pool2d(zeros({1, 1, 4, 4}), {2}); }},
+      {"batch_norm_channels", "[batch_norm]",
+       [] { batch_norm(zeros({2, 3, 2, 2}), ones({4}), zeros({4}), zeros({4}), ones({4}), true); }},
+      {"layer_norm_shape", "[layer_norm]", [] { layer_norm(zeros({2, 3}), {4}); }},
+      {"dropout_probability_above_one", "[dropout]", [] { dropout(zeros({3}), 1.5, true); }},
+      {"dropout_negative_probability", "[dropout]", [] { dropout(zeros({3}), -0.1, true); }},
+      {"cross_entropy_target_dtype", "[cross_entropy]", [] { cross_entropy(zeros({2, 3}), zeros({2})); }},
+      {"cross_entropy_target_shape", "[cross_entropy]", [=] { cross_entropy(zeros({2, 3}), i64({0, 1, 2})); }},
+      {"cross_entropy_class_out_of_range", "[cross_entropy]", [=] { cross_entropy(zeros({2, 3}), i64({0, 3})); }},
+      {"nll_loss_target_shape", "[nll_loss]", [=] { nll_loss(zeros({2, 3}), i64({0, 1, 2})); }},
+      {"nll_loss_class_out_of_range", "[nll_loss]", [=] { nll_loss(zeros({2, 3}), i64({0, -2})); }},
+      {"mse_loss_shapes", "[mse_loss]", [] { mse_loss(zeros({2, 3}), zeros({3, 2})); }},
+      {"embedding_out_of_range", "[embedding]", [=] { embedding(zeros({4, 2}), i64({1, 4})); }},
+      {"embedding_float_indices", "[embedding]", [] { embedding(zeros({4, 2}), zeros({2})); }},
+      {"embedding_weight_rank", "[embedding]", [=] { embedding(zeros({4}), i64({1})); }},
+  };
+  return t;
+}
+
+class OpErrors : public ::testing::TestWithParam<ErrCase> {};
+
+TEST_P(OpErrors, ThrowsNamingTheOp) {
+  const ErrCase& c = GetParam();
+  try {
+    c.fn();
+    ADD_FAILURE() << "expected axle::Error starting with " << c.op << ", nothing was thrown";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_EQ(msg.rfind(c.op, 0), 0u) << "expected a message starting with " << c.op << ", got: " << msg;
+    EXPECT_GT(msg.size(), c.op.size() + 10) << "the message should say what was expected and what was found: " << msg;
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "expected axle::Error, got another exception: " << e.what();
+  }
+}
+INSTANTIATE_TEST_SUITE_P(Ops, OpErrors, ::testing::ValuesIn(error_table()),
+                         [](const ::testing::TestParamInfo<ErrCase>& i) { return i.param.name; });
+
+}  // namespace
