@@ -17,7 +17,7 @@ build: configure
 	cmake --build $(BUILD) -j $(JOBS)
 
 train: build
-	$(BUILD)/bin/axle-train --device cpu --model cnn --epochs 1
+	$(BUILD)/bin/axle-train --model cnn --epochs 1
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)

@@ -1,12 +1,16 @@
 // Umbrella header: everything a training program needs.
 #pragma once
 #include "axle/autograd.h"
+#include "axle/compile.h"
 #include "axle/device.h"
 #include "axle/dtype.h"
 #include "axle/error.h"
 #include "axle/generator.h"
+#include "axle/metrics.h"
 #include "axle/ops.h"
+#include "axle/runtime.h"
 #include "axle/tensor.h"
+#include "axle/xm.h"
 #include "axle/nn/module.h"
 #include "axle/nn/modules.h"
 #include "axle/optim/optimizer.h"
