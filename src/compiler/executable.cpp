@@ -1,5 +1,6 @@
 #include "compiler/executable.h"
 
+#include <algorithm>
 #include <unordered_map>
 
 #include "axle/autograd.h"
@@ -42,19 +43,36 @@ std::shared_ptr<const Executable> lower(const Program& p) {
   for (int s : ex->output_slots_) is_out[size_t(s)] = true;
   for (int s = 0; s < next; ++s)
     if (last[size_t(s)] >= 0 && !is_out[size_t(s)]) ex->steps_[size_t(last[size_t(s)])].release.push_back(s);
+  // Fused steps may write an output over an operand at its last use (checked again at run
+  // time: only if nothing else holds that buffer).
+  for (Executable::Step& st : ex->steps_) {
+    if (st.op != ops::OpKind::FusedElementwise) continue;
+    std::vector<std::pair<int64_t, int64_t>> donate;
+    for (auto [k, j] : ops::fused_donation_candidates(st.attrs)) {
+      const int s = st.in[size_t(j)];
+      const bool released = std::find(st.release.begin(), st.release.end(), s) != st.release.end();
+      const bool once = std::count(st.in.begin(), st.in.end(), s) == 1;
+      if (released && once) donate.push_back({k, j});
+    }
+    if (donate.empty()) continue;
+    st.attrs.ints.push_back(int64_t(donate.size()));
+    for (auto [k, j] : donate) st.attrs.ints.insert(st.attrs.ints.end(), {k, j});
+  }
   return ex;
 }
 
-std::vector<Tensor> Executable::run(const std::vector<Tensor>& inputs) const {
+std::vector<Tensor> Executable::run(std::vector<Tensor> inputs) const {
   NoGradGuard no_grad;
   std::vector<Tensor> slots(static_cast<size_t>(num_slots_));
   for (size_t i = 0; i < input_slots_.size(); ++i)
-    if (input_slots_[i] >= 0) slots[size_t(input_slots_[i])] = inputs[i];
+    if (input_slots_[i] >= 0) slots[size_t(input_slots_[i])] = std::move(inputs[i]);
   for (auto& [s, t] : constants_) slots[size_t(s)] = t;
   ops::Tensors in;
   for (const Step& st : steps_) {
     in.clear();
     for (int s : st.in) in.push_back(s >= 0 ? slots[size_t(s)] : Tensor());
+    // Free last uses before the kernel runs: an operand only `in` holds may be donated.
+    for (int s : st.release) slots[size_t(s)] = Tensor();
     ops::Tensors out;
     if (ops::profiling()) [[unlikely]] {
       metrics::ScopedTimer t(ops::op_timer_name(st.op));
@@ -62,8 +80,8 @@ std::vector<Tensor> Executable::run(const std::vector<Tensor>& inputs) const {
     } else {
       out = ops::op_def(st.op).cpu(in, st.attrs, st.metas);
     }
+    in.clear();
     for (size_t j = 0; j < st.out.size(); ++j) slots[size_t(st.out[j])] = std::move(out[j]);
-    for (int s : st.release) slots[size_t(s)] = Tensor();
   }
   std::vector<Tensor> result;
   result.reserve(output_slots_.size());

@@ -14,7 +14,8 @@ class Executable {
  public:
   /// Runs on the graph's inputs (contiguous cpu buffers, in Graph::inputs order);
   /// returns one contiguous buffer per graph output.
-  std::vector<Tensor> run(const std::vector<Tensor>& inputs) const;
+  /// Inputs nobody else holds may be overwritten (donated).
+  std::vector<Tensor> run(std::vector<Tensor> inputs) const;
   size_t num_steps() const { return steps_.size(); }
 
  private:

@@ -32,12 +32,17 @@ struct Node {
   std::vector<Value> operands;
   std::vector<ops::Meta> outs;
   Tensor data;        ///< Data: the buffer, a contiguous cpu tensor
+  /// Data made for a tensor: that tensor. Once it is gone, a full sync may let the
+  /// graph overwrite the buffer (donation: an updated parameter reuses its memory).
+  std::weak_ptr<LazyTensor> owner;
+  bool has_owner = false;
   double scalar = 0;  ///< Constant: its value
 };
 
 /// What an xla tensor holds: pending IR, or materialised device data. Shared by a
 /// tensor and its detached aliases, so materialising one materialises all.
 struct LazyTensor {
+  ~LazyTensor();  ///< counts DestroyXlaTensor
   Value ir;           ///< pending computation; null once materialised
   Tensor buffer;      ///< device data: a contiguous cpu tensor
   NodePtr data_node;  ///< the Data node that stands for `buffer` in graphs

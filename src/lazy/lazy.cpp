@@ -41,6 +41,25 @@ Cache& cache() {
 }
 
 thread_local TraceContext* g_context = nullptr;
+
+// Handles to the hot counters and timers (a lookup by name costs a lock).
+struct Stats {
+  metrics::Counter& create = metrics::counter("CreateXlaTensor");
+  metrics::Counter& destroy = metrics::counter("DestroyXlaTensor");
+  metrics::Counter& mark_step = metrics::counter("MarkStep");
+  metrics::Counter& cached = metrics::counter("CachedCompile");
+  metrics::Counter& uncached = metrics::counter("UncachedCompile");
+  metrics::Timer& compile = metrics::timer("CompileTime");
+  metrics::Timer& execute = metrics::timer("ExecuteTime");
+  metrics::Timer& eager_compile = metrics::timer("EagerOpCompileTime");
+  metrics::Timer& eager_execute = metrics::timer("EagerOpExecuteTime");
+  metrics::Timer& to_device = metrics::timer("TransferToDeviceTime");
+  metrics::Timer& from_device = metrics::timer("TransferFromDeviceTime");
+};
+Stats& stats() {
+  static Stats* s = new Stats();
+  return *s;
+}
 std::atomic<bool> g_eager{false};
 
 Tensor make_xla(const Shape& shape, DType dtype, Device dev, std::shared_ptr<LazyTensor> lt) {
@@ -54,15 +73,17 @@ Tensor make_xla(const Shape& shape, DType dtype, Device dev, std::shared_ptr<Laz
   return Tensor(std::move(impl));
 }
 
-NodePtr data_node_for(LazyTensor& lt, const Shape& shape, DType dtype) {
-  if (!lt.data_node) {
+NodePtr data_node_for(const std::shared_ptr<LazyTensor>& lt, const Shape& shape, DType dtype) {
+  if (!lt->data_node) {
     auto n = std::make_shared<Node>();
     n->kind = NodeKind::Data;
     n->outs = {{shape, dtype}};
-    n->data = lt.buffer;
-    lt.data_node = std::move(n);
+    n->data = lt->buffer;
+    n->owner = lt;
+    n->has_owner = true;
+    lt->data_node = std::move(n);
   }
-  return lt.data_node;
+  return lt->data_node;
 }
 
 Value value_of(const Tensor& t) {
@@ -83,9 +104,8 @@ Value value_of(const Tensor& t) {
     }
     return {n, 0};
   }
-  LazyTensor& lt = *ti->lazy;
-  if (lt.ir) return lt.ir;
-  return {data_node_for(lt, ti->shape, ti->dtype), 0};
+  if (ti->lazy->ir) return ti->lazy->ir;
+  return {data_node_for(ti->lazy, ti->shape, ti->dtype), 0};
 }
 
 void track(const std::shared_ptr<LazyTensor>& lt) {
@@ -156,7 +176,10 @@ void on_uncached_compile(const Graph& g, const std::string& name, const char* ca
   last[name] = std::move(cur);
 }
 
-void execute(const std::vector<std::shared_ptr<LazyTensor>>& targets, const char* cause, const std::string& name) {
+// `donate`: a full sync, after which no IR survives; buffers of tensors that no
+// longer exist are handed to the executable, which may overwrite them.
+void execute(const std::vector<std::shared_ptr<LazyTensor>>& targets, const char* cause, const std::string& name,
+             bool donate = false) {
   if (targets.empty()) return;
   // One root per distinct value; several tensors may share a value.
   std::vector<Value> roots;
@@ -193,11 +216,11 @@ void execute(const std::vector<std::shared_ptr<LazyTensor>>& targets, const char
     auto it = c.map.find(g.hash);
     if (it != c.map.end()) {
       ex = it->second;
-      metrics::counter_add("CachedCompile");
+      stats().cached.add();
     }
   }
   if (!ex) {
-    metrics::ScopedTimer t(eager ? "EagerOpCompileTime" : "CompileTime");
+    metrics::ScopedTimer t(eager ? stats().eager_compile : stats().compile);
     const std::string dir = compiler::disk_cache_dir();
     std::optional<compiler::Program> stored;
     if (!dir.empty()) {
@@ -211,7 +234,7 @@ void execute(const std::vector<std::shared_ptr<LazyTensor>>& targets, const char
       compiler::PassPipeline::standard().run(p);
       ex = compiler::lower(p);
       if (!dir.empty()) compiler::disk_cache_store(dir, g.hash, p);
-      metrics::counter_add("UncachedCompile");
+      stats().uncached.add();
       on_uncached_compile(g, name, cause);
     }
     Cache& c = cache();
@@ -220,11 +243,15 @@ void execute(const std::vector<std::shared_ptr<LazyTensor>>& targets, const char
   }
   std::vector<Tensor> inputs;
   inputs.reserve(g.inputs.size());
-  for (int i : g.inputs) inputs.push_back(g.nodes[size_t(i)]->data);
+  for (int i : g.inputs) {
+    Node* n = g.nodes[size_t(i)];
+    if (donate && n->has_owner && n->owner.expired()) inputs.push_back(std::move(n->data));
+    else inputs.push_back(n->data);
+  }
   std::vector<Tensor> results;
   {
-    metrics::ScopedTimer t(eager ? "EagerOpExecuteTime" : "ExecuteTime");
-    results = ex->run(inputs);
+    metrics::ScopedTimer t(eager ? stats().eager_execute : stats().execute);
+    results = ex->run(std::move(inputs));
   }
   for (size_t t = 0; t < targets.size(); ++t) {
     targets[t]->buffer = results[which[t]];
@@ -234,6 +261,8 @@ void execute(const std::vector<std::shared_ptr<LazyTensor>>& targets, const char
 }
 
 }  // namespace
+
+LazyTensor::~LazyTensor() { stats().destroy.add(); }
 
 ops::Tensors record(ops::OpKind k, const ops::Tensors& in, const ops::Attrs& a, const std::vector<ops::Meta>& metas,
                     Device dev) {
@@ -252,17 +281,17 @@ ops::Tensors record(ops::OpKind k, const ops::Tensors& in, const ops::Attrs& a, 
     track(lt);
     out.push_back(make_xla(metas[j].shape, metas[j].dtype, dev, std::move(lt)));
   }
-  metrics::counter_add("CreateXlaTensor", int64_t(metas.size()));
+  stats().create.add(int64_t(metas.size()));
   return out;
 }
 
 Tensor to_device(const Tensor& t, Device dev) {
-  metrics::ScopedTimer timer("TransferToDeviceTime");
+  metrics::ScopedTimer timer(stats().to_device);
   auto lt = std::make_shared<LazyTensor>();
   Tensor buf = make_tensor(t.shape(), t.dtype());
   cpu::copy_into(buf, t);
   lt->buffer = buf;
-  metrics::counter_add("CreateXlaTensor");
+  stats().create.add();
   return make_xla(t.shape(), t.dtype(), dev, std::move(lt));
 }
 
@@ -278,7 +307,7 @@ Tensor to_cpu(const Tensor& t, const char* reason) {
                "it after the call, or compile with full_graph=false");
     execute({lt}, "value read", ctx ? ctx->name : "step");
   }
-  metrics::ScopedTimer timer("TransferFromDeviceTime");
+  metrics::ScopedTimer timer(stats().from_device);
   Tensor out = make_tensor(t.shape(), t.dtype());
   cpu::copy_into(out, lt->buffer);
   return out;
@@ -296,7 +325,7 @@ bool sync_all(const char* cause) {
   if (targets.empty()) return false;
   TraceContext* ctx = current_context();
   try {
-    execute(targets, cause, ctx ? ctx->name : "step");
+    execute(targets, cause, ctx ? ctx->name : "step", /*donate=*/true);
   } catch (...) {
     // Nothing ran: keep the tensors pending so a later sync still sees them.
     Registry& r = registry();
@@ -323,7 +352,7 @@ Device device() { return Device{DeviceType::XLA, 0}; }
 
 namespace {
 void mark_step(const char* cause) {
-  metrics::counter_add("MarkStep");
+  lazy::stats().mark_step.add();
   lazy::sync_all(cause);
 }
 }  // namespace

@@ -73,7 +73,9 @@ Tensors call(OpKind k, const Tensors& in, const Attrs& a) {
     out = lazy::record(k, in, a, metas, dev);
     if (lazy::eager_active()) [[unlikely]] lazy::run_eagerly(out);
   } else if (profiling()) [[unlikely]] {
-    metrics::ScopedTimer t(kOpTimerNames[size_t(k)]);
+    static metrics::Timer* timers[size_t(OpKind::kNumOps)] = {};
+    if (!timers[size_t(k)]) timers[size_t(k)] = &metrics::timer(kOpTimerNames[size_t(k)]);
+    metrics::ScopedTimer t(*timers[size_t(k)]);
     out = d.cpu(in, a, metas);
   } else {
     out = d.cpu(in, a, metas);

@@ -9,6 +9,8 @@
 //   n_ops, per op: kind, out_dtype, compute_dtype, n_operands, refs...
 //                                           ref >= 0: op index; ref < 0: input -(ref+1)
 //   n_out, op index * n_out                 which op results are outputs
+//   [n_donate, (out k, input j) * n_donate] optional, added when lowering: output k may be
+//                                           written over input j if nobody else holds it
 #include <omp.h>
 
 #include "backend/cpu/loops.h"
@@ -27,6 +29,7 @@ struct FProgram {
   std::vector<std::pair<DType, bool>> inputs;
   std::vector<FOp> ops;
   std::vector<int64_t> outputs;
+  std::vector<std::pair<int64_t, int64_t>> donate;
 };
 
 FProgram parse(const Attrs& a) {
@@ -57,6 +60,13 @@ FProgram parse(const Attrs& a) {
   }
   int64_t nout = next();
   for (int64_t k = 0; k < nout; ++k) p.outputs.push_back(next());
+  if (i < v.size()) {
+    int64_t nd2 = next();
+    for (int64_t k = 0; k < nd2; ++k) {
+      int64_t o = next(), in = next();
+      p.donate.push_back({o, in});
+    }
+  }
   return p;
 }
 
@@ -87,16 +97,29 @@ Tensors fused_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>& m)
     else same_layout = same_layout && in[k].strides() == layout->strides();
   }
   same_layout = same_layout && layout && cpu::is_dense(*layout);
+  Tensors outs(p.outputs.size());
+  // Donation: write an output over an input that only this call holds (the input's
+  // last use, e.g. a parameter being updated), in its layout. Candidates come in
+  // order; each output and each input is used once.
+  std::vector<bool> taken(in.size(), false);
+  for (auto [k, j] : p.donate) {
+    if (outs[size_t(k)].defined() || taken[size_t(j)]) continue;
+    const Tensor& t = in[size_t(j)];
+    const bool usable = same_layout ? t.strides() == layout->strides() : t.is_contiguous();
+    if (usable && t.impl_ptr().use_count() == 1 && t.impl()->storage.use_count() == 1) {
+      outs[size_t(k)] = t;
+      taken[size_t(j)] = true;
+    }
+  }
   Tensors inputs;
   for (size_t k = 0; k < in.size(); ++k) {
     const bool dense_ok = same_layout && !p.inputs[k].second;
     inputs.push_back(dense_ok ? in[k] : cpu::contiguous_as(in[k], p.inputs[k].first));
   }
-  Tensors outs;
   std::vector<int> out_of(p.ops.size(), -1);
   for (size_t k = 0; k < p.outputs.size(); ++k) {
-    outs.push_back(same_layout ? cpu::empty_like_dense(m[k].shape, m[k].dtype, {layout})
-                               : make_tensor(m[k].shape, m[k].dtype));
+    if (!outs[k].defined())
+      outs[k] = same_layout ? cpu::empty_like_dense(m[k].shape, m[k].dtype, {layout}) : make_tensor(m[k].shape, m[k].dtype);
     out_of[size_t(p.outputs[k])] = int(k);
   }
   const int64_t ntiles = (numel + kTile - 1) / kTile;
@@ -142,6 +165,25 @@ Tensors fused_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>& m)
 }
 
 }  // namespace
+
+std::vector<std::pair<int64_t, int64_t>> fused_donation_candidates(const Attrs& a) {
+  const FProgram p = parse(a);
+  // Within a tile ops run in order: input j may take output k's writes only if no op
+  // after k's producer still reads input j.
+  std::vector<int64_t> last_read(p.inputs.size(), -1);
+  for (size_t i = 0; i < p.ops.size(); ++i)
+    for (int64_t r : p.ops[i].refs)
+      if (r < 0) last_read[size_t(-(r + 1))] = int64_t(i);
+  // Every safe pair: whether an input's buffer is free to take is only known at run time.
+  std::vector<std::pair<int64_t, int64_t>> out;
+  for (size_t k = 0; k < p.outputs.size(); ++k) {
+    const int64_t producer = p.outputs[k];
+    for (size_t j = 0; j < p.inputs.size(); ++j)
+      if (!p.inputs[j].second && p.inputs[j].first == p.ops[size_t(producer)].out && last_read[j] <= producer)
+        out.push_back({int64_t(k), int64_t(j)});
+  }
+  return out;
+}
 
 AXLE_REGISTER_OP(FusedElementwise, {.infer = fused_infer, .cpu = fused_cpu, .vjp = nullptr});
 
