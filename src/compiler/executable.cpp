@@ -87,7 +87,9 @@ std::vector<Tensor> Executable::run(std::vector<Tensor> inputs) const {
   result.reserve(output_slots_.size());
   for (int s : output_slots_) {
     const Tensor& t = slots[size_t(s)];
-    result.push_back(t.is_contiguous() ? t : cpu::contiguous_as(t, t.dtype()));
+    // Dense results keep their layout (a channels-last activation stays channels-last
+    // across graphs, e.g. in eager mode); views of part of a buffer are copied out.
+    result.push_back(t.is_contiguous() || cpu::is_dense(t) ? t : cpu::contiguous_as(t, t.dtype()));
   }
   return result;
 }

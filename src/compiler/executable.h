@@ -12,8 +12,8 @@ namespace axle::compiler {
 
 class Executable {
  public:
-  /// Runs on the graph's inputs (contiguous cpu buffers, in Graph::inputs order);
-  /// returns one contiguous buffer per graph output.
+  /// Runs on the graph's inputs (dense cpu buffers, in Graph::inputs order);
+  /// returns one dense buffer per graph output.
   /// Inputs nobody else holds may be overwritten (donated).
   std::vector<Tensor> run(std::vector<Tensor> inputs) const;
   size_t num_steps() const { return steps_.size(); }

@@ -31,7 +31,7 @@ struct Node {
   ops::Attrs attrs;
   std::vector<Value> operands;
   std::vector<ops::Meta> outs;
-  Tensor data;        ///< Data: the buffer, a contiguous cpu tensor
+  Tensor data;        ///< Data: the buffer, a dense cpu tensor
   /// Data made for a tensor: that tensor. Once it is gone, a full sync may let the
   /// graph overwrite the buffer (donation: an updated parameter reuses its memory).
   std::weak_ptr<LazyTensor> owner;
@@ -44,7 +44,7 @@ struct Node {
 struct LazyTensor {
   ~LazyTensor();  ///< counts DestroyXlaTensor
   Value ir;           ///< pending computation; null once materialised
-  Tensor buffer;      ///< device data: a contiguous cpu tensor
+  Tensor buffer;      ///< device data: a dense cpu tensor (contiguous, or e.g. channels-last)
   NodePtr data_node;  ///< the Data node that stands for `buffer` in graphs
 };
 
