@@ -111,7 +111,26 @@ void child_graph() {
 }
 }  // namespace
 
-// Run only as a child process by the test below (hence DISABLED_).
+// Run only as a child process by the tests below (hence DISABLED_).
+TEST(CacheChild, DISABLED_Lru) {
+  metrics::reset();
+  for (int64_t n : {2, 3, 2, 2}) (void)sum(exp(ones({n}).to(device()))).item();
+  std::ofstream(std::getenv("AXLE_CHILD_OUT")) << metrics::counter_value("UncachedCompile");
+}
+
+TEST(Cache, LeastRecentlyUsedGraphIsEvicted) {
+  namespace fs = std::filesystem;
+  fs::path out = fs::temp_directory_path() / ("axle-lru-test-" + std::to_string(::getpid()));
+  std::string cmd = "AXLE_CACHE_SIZE=1 AXLE_CHILD_OUT=" + out.string() + " /proc/" + std::to_string(::getpid()) +
+                    "/exe --gtest_also_run_disabled_tests --gtest_filter=CacheChild.DISABLED_Lru > /dev/null 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  int64_t uncached = -1;
+  std::ifstream(out) >> uncached;
+  // Shapes 2, 3, 2, 2 with room for one graph: 2 compiles, 3 evicts it, 2 compiles again, then hits.
+  EXPECT_EQ(uncached, 3);
+  fs::remove(out);
+}
+
 TEST(DiskCacheChild, DISABLED_Run) {
   metrics::reset();
   child_graph();

@@ -5,7 +5,9 @@
 #include <exception>
 #include <filesystem>
 #include <fstream>
+#include <list>
 #include <map>
+#include <optional>
 #include <mutex>
 #include <unordered_map>
 #include <unordered_set>
@@ -31,9 +33,36 @@ Registry& registry() {
   return *r;
 }
 
+// The in-memory compilation cache: least recently used graphs are evicted beyond
+// AXLE_CACHE_SIZE entries (default 1024).
 struct Cache {
+  using Entry = std::pair<uint64_t, std::shared_ptr<const compiler::Executable>>;
   std::mutex mu;
-  std::unordered_map<uint64_t, std::shared_ptr<const compiler::Executable>> map;
+  std::list<Entry> lru;  ///< most recent first
+  std::unordered_map<uint64_t, std::list<Entry>::iterator> map;
+  size_t capacity = [] {
+    const char* v = std::getenv("AXLE_CACHE_SIZE");
+    long n = v ? std::atol(v) : 0;
+    return n > 0 ? size_t(n) : size_t(1024);
+  }();
+
+  std::shared_ptr<const compiler::Executable> get(uint64_t h) {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = map.find(h);
+    if (it == map.end()) return nullptr;
+    lru.splice(lru.begin(), lru, it->second);
+    return it->second->second;
+  }
+  void put(uint64_t h, std::shared_ptr<const compiler::Executable> ex) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (auto it = map.find(h); it != map.end()) lru.erase(it->second);
+    lru.emplace_front(h, std::move(ex));
+    map[h] = lru.begin();
+    while (lru.size() > capacity) {
+      map.erase(lru.back().first);
+      lru.pop_back();
+    }
+  }
 };
 Cache& cache() {
   static Cache* c = new Cache();
@@ -54,6 +83,8 @@ struct Stats {
   metrics::Timer& eager_compile = metrics::timer("EagerOpCompileTime");
   metrics::Timer& eager_execute = metrics::timer("EagerOpExecuteTime");
   metrics::Timer& to_device = metrics::timer("TransferToDeviceTime");
+  metrics::Timer& trace = metrics::timer("TraceTime");
+  metrics::Timer& graph_cut = metrics::timer("GraphCutTime");  // build, hash, cache lookup
   metrics::Timer& from_device = metrics::timer("TransferFromDeviceTime");
 };
 Stats& stats() {
@@ -181,6 +212,7 @@ void on_uncached_compile(const Graph& g, const std::string& name, const char* ca
 void execute(const std::vector<std::shared_ptr<LazyTensor>>& targets, const char* cause, const std::string& name,
              bool donate = false) {
   if (targets.empty()) return;
+  std::optional<metrics::ScopedTimer> cut(std::in_place, stats().graph_cut);
   // One root per distinct value; several tensors may share a value.
   std::vector<Value> roots;
   std::unordered_map<const Node*, std::vector<std::pair<int, size_t>>> root_of;
@@ -209,16 +241,9 @@ void execute(const std::vector<std::shared_ptr<LazyTensor>>& targets, const char
     }
     ctx->on_graph(g.hash, explain);
   }
-  std::shared_ptr<const compiler::Executable> ex;
-  {
-    Cache& c = cache();
-    std::lock_guard<std::mutex> lock(c.mu);
-    auto it = c.map.find(g.hash);
-    if (it != c.map.end()) {
-      ex = it->second;
-      stats().cached.add();
-    }
-  }
+  std::shared_ptr<const compiler::Executable> ex = cache().get(g.hash);
+  if (ex) stats().cached.add();
+  cut.reset();
   if (!ex) {
     metrics::ScopedTimer t(eager ? stats().eager_compile : stats().compile);
     const std::string dir = compiler::disk_cache_dir();
@@ -237,9 +262,7 @@ void execute(const std::vector<std::shared_ptr<LazyTensor>>& targets, const char
       stats().uncached.add();
       on_uncached_compile(g, name, cause);
     }
-    Cache& c = cache();
-    std::lock_guard<std::mutex> lock(c.mu);
-    c.map[g.hash] = ex;
+    cache().put(g.hash, ex);
   }
   std::vector<Tensor> inputs;
   inputs.reserve(g.inputs.size());
@@ -335,6 +358,8 @@ bool sync_all(const char* cause) {
   }
   return true;
 }
+
+metrics::Timer& trace_timer() { return stats().trace; }
 
 bool eager_active() { return g_eager.load(std::memory_order_relaxed) && current_context() == nullptr; }
 

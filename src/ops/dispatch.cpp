@@ -1,6 +1,7 @@
 // The dispatcher: one path for every op call. Shape rule -> device kernel -> autograd record.
 #include <array>
 #include <cstdlib>
+#include <optional>
 #include <cstring>
 
 #include "axle/autograd.h"
@@ -67,11 +68,18 @@ Tensors call(OpKind k, const Tensors& in, const Attrs& a) {
     AXLE_CHECK(ti->device == dev, "[", op_name(k), "] expected all tensors on one device, got ", dev, " and ",
                ti->device);
   }
+  // TraceTime: what an op on the lazy device costs the training loop (shape rule,
+  // recording, autograd), reported against the step time by bench/run.
+  std::optional<metrics::ScopedTimer> trace;
+  if (!dev.is_cpu()) trace.emplace(lazy::trace_timer());
   std::vector<Meta> metas = d.infer(in, a);
   Tensors out;
   if (!dev.is_cpu()) {
     out = lazy::record(k, in, a, metas, dev);
-    if (lazy::eager_active()) [[unlikely]] lazy::run_eagerly(out);
+    if (lazy::eager_active()) [[unlikely]] {
+      trace.reset();
+      lazy::run_eagerly(out);
+    }
   } else if (profiling()) [[unlikely]] {
     static metrics::Timer* timers[size_t(OpKind::kNumOps)] = {};
     if (!timers[size_t(k)]) timers[size_t(k)] = &metrics::timer(kOpTimerNames[size_t(k)]);
