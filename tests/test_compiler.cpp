@@ -154,3 +154,15 @@ TEST(Passes, FusionRespectsBroadcastAndOrder) {
   auto got = d.cpu().to_vector<float>(), want = de.to_vector<float>();
   for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5 * (1 + std::abs(want[i])));
 }
+
+TEST(Passes, ConvReluEpilogueIsFused) {
+  manual_seed(2);
+  Tensor x = randn({2, 3, 8, 8}).to(device()), w = randn({4, 3, 3, 3}).to(device()), b = randn({4}).to(device());
+  Tensor y = relu(conv2d(x, w, b, {.padding = {1, 1}}));
+  Program prog = trace({y});
+  PassPipeline::standard().run(prog);
+  EXPECT_EQ(count_op(prog, ops::OpKind::Relu), 0) << prog.text();
+  EXPECT_EQ(count_op(prog, ops::OpKind::Conv2d), 1) << prog.text();
+  Tensor want = relu(conv2d(x.cpu(), w.cpu(), b.cpu(), {.padding = {1, 1}}));
+  EXPECT_EQ(y.cpu().to_vector<float>(), want.to_vector<float>());
+}

@@ -145,8 +145,39 @@ class FusionPass final : public Pass {
   }
 };
 
+// conv2d followed by relu: the relu becomes a oneDNN post-op of the convolution, so
+// the activation is written once instead of written, read and written again.
+class EpilogueFusionPass final : public Pass {
+ public:
+  const char* name() const override { return "epilogue-fusion"; }
+  bool run(Program& p) override {
+    std::vector<int> uses(p.nodes.size(), 0);
+    for (const PNode& n : p.nodes)
+      if (!n.dead)
+        for (const Ref& r : n.operands)
+          if (r.node >= 0) ++uses[size_t(r.node)];
+    for (const Ref& r : p.outputs) uses[size_t(r.node)] += 2;  // a graph output must stay unfused
+    bool changed = false;
+    for (size_t i = 0; i < p.nodes.size(); ++i) {
+      PNode& n = p.nodes[i];
+      if (n.dead || n.kind != NodeKind::Op || n.op != OpKind::Relu) continue;
+      const Ref src = n.operands[0];
+      PNode& conv = p.nodes[size_t(src.node)];
+      if (conv.kind != NodeKind::Op || conv.op != OpKind::Conv2d || conv.attrs.ints.size() != 7 ||
+          uses[size_t(src.node)] != 1)
+        continue;
+      conv.attrs.ints.push_back(1);
+      p.replace_uses({int(i), 0}, src);
+      n.dead = true;
+      changed = true;
+    }
+    return changed;
+  }
+};
+
 }  // namespace
 
+std::unique_ptr<Pass> make_epilogue_fusion_pass() { return std::make_unique<EpilogueFusionPass>(); }
 std::unique_ptr<Pass> make_fusion_pass() { return std::make_unique<FusionPass>(); }
 
 }  // namespace axle::compiler

@@ -163,6 +163,7 @@ PassPipeline PassPipeline::standard() {
       .add(make_algebraic_simplification_pass())
       .add(make_cse_pass())
       .add(make_dce_pass())
+      .add(make_epilogue_fusion_pass())
       .add(make_fusion_pass());
   return pp;
 }

@@ -115,14 +115,20 @@ dg::Key conv_key(const char* op, const Geom& q, dg::ConvMode m) {
 }
 
 dnnl::convolution_forward::primitive_desc fwd_pd(const Geom& q, const memory::desc& src, const memory::desc& wei,
-                                                 const memory::desc* bias, const memory::desc& dst) {
+                                                 const memory::desc* bias, const memory::desc& dst, bool relu = false) {
   auto d = bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training,
                                                   dnnl::algorithm::convolution_direct, src, wei, *bias, dst,
                                                   q.strides(), q.dilates(), q.pad_l(), q.pad_r())
                 : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training,
                                                   dnnl::algorithm::convolution_direct, src, wei, dst, q.strides(),
                                                   q.dilates(), q.pad_l(), q.pad_r());
-  return dnnl::convolution_forward::primitive_desc(d, dg::default_attr(), dg::engine());
+  dnnl::primitive_attr attr = dg::default_attr();
+  if (relu) {  // a relu epilogue, fused by the compiler (src/compiler/fusion.cpp)
+    dnnl::post_ops po;
+    po.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+    attr.set_post_ops(po);
+  }
+  return dnnl::convolution_forward::primitive_desc(d, attr, dg::engine());
 }
 
 // ------------------------------------------------------------------ forward
@@ -141,7 +147,8 @@ std::vector<Meta> conv_infer(const Tensors& in, const Attrs& a) {
   AXLE_CHECK(w.dim() == 4, "[conv2d] expected a 4-D weight [O, C/groups, kh, kw], got ", shape_str(w.shape()));
   AXLE_CHECK(x.dtype() == kFloat32 && w.dtype() == kFloat32, "[conv2d] expected float32 input and weight, got ",
              x.dtype(), " and ", w.dtype());
-  check_conv_attrs(a, 7, "conv2d");
+  // 7 ints, or 8 when the compiler fused a relu epilogue (ints[7] = 1).
+  check_conv_attrs(a, a.ints.size() == 8 ? 8 : 7, "conv2d");
   Geom q = make_geom(x.shape(), w.shape(), a, "conv2d");
   if (in.size() > 2 && in[2].defined()) {
     AXLE_CHECK(in[2].dim() == 1 && in[2].shape()[0] == q.O && in[2].dtype() == kFloat32,
@@ -161,12 +168,14 @@ Tensors conv_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>& m) 
   if (y.numel() == 0) return {y};
   memory::desc ux = user_act(x, out_layout(mode)), uw = user_wei(w, q);
   memory::desc uy = dg::strided_desc(y.shape(), y.strides(), kFloat32);
+  const bool relu = a.ints.size() > 7 && a.ints[7] != 0;
   dg::Key key = conv_key("conv_fwd", q, mode);
-  key << act_strides(ux) << act_strides(uw) << int64_t(b.defined());
+  key << act_strides(ux) << act_strides(uw) << int64_t(b.defined()) << int64_t(relu);
   auto e = dg::cached<FwdEntry>(key, [&] {
     auto e = std::make_shared<FwdEntry>();
     memory::desc bd = bias_desc(q);
-    auto pd = fwd_pd(q, inner_act(q.src(), mode), any_wei(q), b.defined() ? &bd : nullptr, inner_act(q.dst(), mode));
+    auto pd = fwd_pd(q, inner_act(q.src(), mode), any_wei(q), b.defined() ? &bd : nullptr, inner_act(q.dst(), mode),
+                     relu);
     e->prim = dnnl::convolution_forward(pd);
     e->src.init_input(ux, pd.src_desc());
     e->wei.init_input(uw, pd.weights_desc());
@@ -185,6 +194,7 @@ Tensors conv_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>& m) 
 }
 
 Tensors conv_vjp(const VjpArgs& v) {
+  AXLE_CHECK(v.attrs.ints.size() == 7, "[conv2d] internal: a compiler-fused conv has no gradient of its own");
   const Tensor &x = v.in[0], &w = v.in[1], &g = v.grad[0];
   Tensors r(v.in.size());
   const Attrs& a = v.attrs;
