@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS  ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: deps configure build train test bench clean
+.PHONY: deps configure build train test bench fuzz clean
 
 deps:
 	@bash scripts/install-deps.sh
@@ -24,6 +24,13 @@ test: build
 
 bench: build
 	bash bench/run
+
+# Longer differential fuzzing than `make test` runs: random op programs on cpu, lazy xla
+# and xla eager mode must agree. FUZZ_PROGRAMS and FUZZ_SEED choose the range.
+FUZZ_PROGRAMS ?= 20000
+FUZZ_SEED ?= 1000
+fuzz: build
+	AXLE_FUZZ_PROGRAMS=$(FUZZ_PROGRAMS) AXLE_FUZZ_SEED=$(FUZZ_SEED) $(BUILD)/bin/test_fuzz_ops
 
 clean:
 	rm -rf $(BUILD)
