@@ -1,4 +1,7 @@
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
 
 #include "axle/axle.h"
 
@@ -42,5 +45,32 @@ TEST(Core, ErrorsAreClear) {
     FAIL();
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("[add] expected shapes that broadcast"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Core, CheckNumericsNamesTheOp) {
+  // Run in a child process: the flag is read once per process.
+  if (!std::getenv("AXLE_CHECK_NUMERICS")) {
+    std::string self = "/proc/" + std::to_string(::getpid()) + "/exe";
+    std::string cmd = "AXLE_CHECK_NUMERICS=1 " + self + " --gtest_filter=Core.CheckNumericsNamesTheOp > /dev/null 2>&1";
+    EXPECT_EQ(std::system(cmd.c_str()), 0);
+    return;
+  }
+  Tensor x = from_vector(std::vector<float>{1, 0, 2}, {3});
+  (void)exp(x);  // finite: fine
+  try {
+    (void)log(x);  // log(0) = -inf
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("[numerics] op 'log' output 0 produced Inf at element 1"), std::string::npos)
+        << e.what();
+  }
+  Tensor y = x.to(axle::device());
+  Tensor z = div(y, y);  // 0/0 = NaN, found when the graph runs
+  try {
+    axle::sync();
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("(op 'div') produced NaN"), std::string::npos) << e.what();
   }
 }

@@ -276,6 +276,12 @@ void execute(const std::vector<std::shared_ptr<LazyTensor>>& targets, const char
     metrics::ScopedTimer t(eager ? stats().eager_execute : stats().execute);
     results = ex->run(std::move(inputs));
   }
+  if (ops::checking_numerics()) [[unlikely]]
+    for (size_t r = 0; r < roots.size(); ++r) {
+      const Node* n = roots[r].node.get();
+      ops::check_finite(results[r], "graph '" + name + "' output " + std::to_string(r) + " (op '" +
+                                        (n->kind == NodeKind::Op ? ops::op_name(n->op) : "data") + "')");
+    }
   for (size_t t = 0; t < targets.size(); ++t) {
     targets[t]->buffer = results[which[t]];
     targets[t]->ir = {};

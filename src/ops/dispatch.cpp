@@ -1,5 +1,6 @@
 // The dispatcher: one path for every op call. Shape rule -> device kernel -> autograd record.
 #include <array>
+#include <cmath>
 #include <cstdlib>
 #include <optional>
 #include <cstring>
@@ -45,6 +46,28 @@ bool profiling() {
 }
 const char* op_timer_name(OpKind k) { return kOpTimerNames[size_t(k)]; }
 
+bool checking_numerics() {
+  static const bool on = [] {
+    const char* v = std::getenv("AXLE_CHECK_NUMERICS");
+    return v && *v && std::string(v) != "0";
+  }();
+  return on;
+}
+
+void check_finite(const Tensor& t, const std::string& what) {
+  if (!t.defined() || t.dtype() != kFloat32 || !t.device().is_cpu()) return;
+  Tensor c = t.contiguous();
+  const float* p = c.data<float>();
+  const int64_t n = c.numel();
+  int64_t bad = n;
+#pragma omp parallel for reduction(min : bad) if (n > (1 << 16))
+  for (int64_t i = 0; i < n; ++i)
+    if (!std::isfinite(p[i])) bad = std::min(bad, i);
+  if (bad == n) return;
+  AXLE_FAIL("[numerics] ", what, " produced ", std::isnan(p[bad]) ? "NaN" : "Inf", " at element ", bad, " of ",
+            shape_str(t.shape()), " (AXLE_CHECK_NUMERICS=1)");
+}
+
 void register_op(OpKind k, const OpDef& d) { table()[size_t(k)] = d; }
 const OpDef& op_def(OpKind k) { return table()[size_t(k)]; }
 const char* op_name(OpKind k) { return kNames[size_t(k)]; }
@@ -88,6 +111,9 @@ Tensors call(OpKind k, const Tensors& in, const Attrs& a) {
   } else {
     out = d.cpu(in, a, metas);
   }
+  if (dev.is_cpu() && checking_numerics()) [[unlikely]]
+    for (size_t j = 0; j < out.size(); ++j)
+      check_finite(out[j], std::string("op '") + op_name(k) + "' output " + std::to_string(j));
   // Outputs are always fresh handles, so autograd never relabels an input.
   for (Tensor& o : out)
     for (const Tensor& i : in)

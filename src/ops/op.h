@@ -45,6 +45,9 @@ struct OpDef {
   std::vector<Meta> (*infer)(const Tensors& in, const Attrs& a) = nullptr;
   Tensors (*cpu)(const Tensors& in, const Attrs& a, const std::vector<Meta>& out) = nullptr;
   Tensors (*vjp)(const VjpArgs& v) = nullptr;
+  /// Effects beyond its outputs (collectives talk to other processes): the compiler
+  /// never merges (CSE), drops (DCE) or constant-folds such an op, nor reorders it.
+  bool has_side_effects = false;
 };
 
 void register_op(OpKind k, const OpDef& d);
@@ -55,6 +58,11 @@ OpKind op_from_name(const std::string& name);  ///< throws if unknown
 /// AXLE_PROFILE=1: each cpu kernel's time goes to the timed metric "op::<name>".
 bool profiling();
 const char* op_timer_name(OpKind k);
+
+/// AXLE_CHECK_NUMERICS=1: every eager op output and every graph output is checked.
+bool checking_numerics();
+/// Throws axle::Error naming `what` if a float32 cpu tensor holds NaN or Inf.
+void check_finite(const Tensor& t, const std::string& what);
 
 /// Runs op `k`: shape rule, device kernel (or lazy trace), autograd record.
 Tensors call(OpKind k, const Tensors& in, const Attrs& a = {});
