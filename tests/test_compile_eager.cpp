@@ -86,6 +86,9 @@ TEST(Compile, NewShapeCompilesOnceMore) {
   metrics::reset();
   for (int64_t n : {4, 4, 4, 7, 7, 4}) (void)f(ones({n}).to(device()));
   EXPECT_EQ(metrics::counter_value("UncachedCompile"), 2);
+  // The function's name appears in the metrics.
+  EXPECT_EQ(metrics::counter_value("UncachedCompile::shapes"), 2);
+  EXPECT_EQ(metrics::counter_value("CachedCompile::shapes"), 4);
 }
 
 TEST(Compile, MaxDifferentGraphsExplains) {

@@ -242,7 +242,12 @@ void execute(const std::vector<std::shared_ptr<LazyTensor>>& targets, const char
     ctx->on_graph(g.hash, explain);
   }
   std::shared_ptr<const compiler::Executable> ex = cache().get(g.hash);
-  if (ex) stats().cached.add();
+  // A compile()d function's graphs are also counted under its name ("CachedCompile::train_step").
+  const bool named = ctx != nullptr;
+  if (ex) {
+    stats().cached.add();
+    if (named) metrics::counter_add("CachedCompile::" + name);
+  }
   cut.reset();
   if (!ex) {
     metrics::ScopedTimer t(eager ? stats().eager_compile : stats().compile);
@@ -260,6 +265,7 @@ void execute(const std::vector<std::shared_ptr<LazyTensor>>& targets, const char
       ex = compiler::lower(p);
       if (!dir.empty()) compiler::disk_cache_store(dir, g.hash, p);
       stats().uncached.add();
+      if (named) metrics::counter_add("UncachedCompile::" + name);
       on_uncached_compile(g, name, cause);
     }
     cache().put(g.hash, ex);
