@@ -1,13 +1,41 @@
 // The older torch_xla API (xla_model), kept working for code that still uses it.
 // Each name says what replaces it.
 #pragma once
+#include <string>
+#include <vector>
+
 #include "axle/device.h"
+#include "axle/error.h"
+
+namespace axle::optim { class Optimizer; }
 
 namespace axle::xm {
+
+struct OptimizerStepOptions {
+  /// Also wait for every rank after the step (on xla: sync the step's graph first).
+  bool barrier = false;
+};
+/// Multi-process step: all-reduces every gradient (sum, scaled by 1/world_size) with
+/// as few collective calls as their dtypes allow (one per dtype and device), then
+/// opt.step(). With world size 1 it is just opt.step().
+void optimizer_step(optim::Optimizer& opt, const OptimizerStepOptions& o = {});
+
+/// Prints a line (to stdout) on the master process (global ordinal 0) only.
+void master_print(const std::string& line);
+template <class... Args>
+void master_print(const Args&... args) {
+  master_print(detail::str_cat(args...));
+}
+
+/// Waits for every rank to reach rendezvous(tag); returns every rank's payload in rank
+/// order. Throws if ranks arrive with different tags.
+std::vector<std::string> rendezvous(const std::string& tag, const std::string& payload = "");
 
 /// Old torch_xla.core.xla_model.mark_step(). Throws inside an axle::step() scope
 /// (mixing the two cuts steps twice): pick one.
 [[deprecated("use axle::sync() or an axle::step() scope")]] void mark_step();
+
+// xm::save (syncs, moves to cpu, writes from the master ordinal) is declared in axle/serialize.h.
 
 /// Old xm.xla_device().
 [[deprecated("use axle::device()")]] Device xla_device();

@@ -33,6 +33,18 @@ double LRScheduler::get_last_lr() const {
   return last_lrs_.front();
 }
 
+LRScheduler::State LRScheduler::state_dict() const { return {last_epoch_, step_count_, base_lrs_, last_lrs_}; }
+
+void LRScheduler::load_state_dict(const State& s) {
+  AXLE_CHECK(s.base_lrs.size() == base_lrs_.size() && s.last_lrs.size() == base_lrs_.size(),
+             "[LRScheduler.load_state_dict] expected ", base_lrs_.size(), " learning rate(s) per list, got ",
+             s.base_lrs.size(), " base and ", s.last_lrs.size(), " last");
+  last_epoch_ = s.last_epoch;
+  step_count_ = s.step_count;
+  base_lrs_ = s.base_lrs;
+  last_lrs_ = s.last_lrs;
+}
+
 // ---- StepLR ----
 StepLR::StepLR(Optimizer& opt, int64_t step_size, double gamma) : LRScheduler(opt), step_size_(step_size), gamma_(gamma) {
   AXLE_CHECK(step_size > 0, "[StepLR] expected step_size > 0, got ", step_size);

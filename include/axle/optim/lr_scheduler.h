@@ -23,6 +23,17 @@ class LRScheduler {
   int64_t last_epoch() const { return last_epoch_; }
   const std::vector<double>& base_lrs() const { return base_lrs_; }
 
+  /// Serializable state (checkpoints): restores the schedule position of a scheduler of the
+  /// same kind and configuration; the optimizer's learning rates come from its own state.
+  struct State {
+    int64_t last_epoch = -1;
+    int64_t step_count = 0;
+    std::vector<double> base_lrs, last_lrs;
+  };
+  State state_dict() const;
+  /// Throws axle::Error if the group count differs.
+  void load_state_dict(const State& s);
+
  protected:
   explicit LRScheduler(Optimizer& opt);
   /// Call at the end of the derived constructor: PyTorch's initial step.

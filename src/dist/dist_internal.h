@@ -1,0 +1,43 @@
+// Internal state shared by launch.cpp, process_group.cpp, collective ops and xm.cpp.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "axle/dist.h"
+
+namespace axle::dist::detail {
+
+/// What this process is in the job, read once from the environment.
+struct Job {
+  int rank = 0, world = 1, local = 0;
+  bool child = false;     ///< started by axle::launch (AXLE_LAUNCH_* variables)
+  bool external = false;  ///< started by an external launcher (RANK / WORLD_SIZE)
+  std::string dir;        ///< child: the job's private rendezvous directory
+  double timeout_s = 300;
+};
+Job& job();
+
+/// The group a collective op's `group id` attribute names; throws if unknown.
+ProcessGroup& group_by_id(int64_t id);
+/// True once the default group exists (a rendezvous happened).
+bool default_group_created();
+/// Tears every group down (closes connections); used before a child exits.
+void shutdown_groups();
+
+/// Set when a collective failed because another rank went away or timed out: launch()
+/// then reports that rank's failure as a consequence, not the cause.
+void note_comm_failure();
+bool had_comm_failure();
+
+/// "sum", "mean", "min", "max".
+const char* reduce_op_name(ReduceOp op);
+
+/// Environment variables launch() hands its children.
+inline constexpr const char* kEnvRank = "AXLE_LAUNCH_RANK";
+inline constexpr const char* kEnvWorld = "AXLE_LAUNCH_WORLD_SIZE";
+inline constexpr const char* kEnvDir = "AXLE_LAUNCH_DIR";
+inline constexpr const char* kEnvParent = "AXLE_LAUNCH_PARENT";
+inline constexpr const char* kEnvTimeout = "AXLE_LAUNCH_TIMEOUT";
+inline constexpr const char* kEnvSeq = "AXLE_LAUNCH_SEQ";
+
+}  // namespace axle::dist::detail

@@ -1,0 +1,207 @@
+// Collective ops: all_reduce, all_gather, reduce_scatter, broadcast. The cpu kernel
+// calls the process group named by the op's `group id` attribute; the lazy device's
+// executables run the same kernel, so on xla tensors a collective happens in graph
+// order when the step's graph runs. Registered with has_side_effects (see op.h).
+#include <cstring>
+
+#include "axle/dist.h"
+#include "axle/ops.h"
+#include "backend/cpu/loops.h"
+#include "dist/dist_internal.h"
+#include "ops/op.h"
+
+namespace axle::ops {
+namespace {
+
+using dist::ReduceOp;
+
+ReduceOp reduce_attr(int64_t v, const char* op) {
+  AXLE_CHECK(v >= 0 && v <= 3, "[", op, "] expected a reduce op 0..3 (sum, mean, min, max), got ", v);
+  return ReduceOp(v);
+}
+
+void check_dtype(DType t, ReduceOp r, const char* op) {
+  AXLE_CHECK(t == kFloat32 || t == kInt64 || t == kInt32 || t == kUInt8, "[", op,
+             "] expected a float32, int64, int32 or uint8 tensor, got ", t);
+  AXLE_CHECK(r != ReduceOp::Mean || is_floating(t), "[", op, "] reduce op mean expects a floating tensor, got ", t);
+}
+
+// ---- AllReduce: variadic, one collective call for all operands ----
+std::vector<Meta> all_reduce_infer(const Tensors& in, const Attrs& a) {
+  AXLE_CHECK(!in.empty(), "[all_reduce] expected at least one tensor");
+  AXLE_CHECK(a.ints.size() == 2, "[all_reduce] expected attrs {reduce op, group id}");
+  const ReduceOp r = reduce_attr(a.ints[0], "all_reduce");
+  std::vector<Meta> out;
+  for (const Tensor& t : in) {
+    check_defined(t, "all_reduce", "x");
+    AXLE_CHECK(t.dtype() == in[0].dtype(), "[all_reduce] expected tensors of one dtype, got ", in[0].dtype(), " and ",
+               t.dtype());
+    check_dtype(t.dtype(), r, "all_reduce");
+    out.push_back({t.shape(), t.dtype()});
+  }
+  return out;
+}
+
+Tensors all_reduce_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>& metas) {
+  dist::ProcessGroup& g = dist::detail::group_by_id(a.ints[1]);
+  const DType t = metas[0].dtype;
+  int64_t total = 0;
+  for (const Meta& m : metas) total += shape_numel(m.shape);
+  // One flat buffer; the outputs are contiguous views of it.
+  Tensor flat = make_tensor({total}, t);
+  int64_t off = 0;
+  for (size_t i = 0; i < in.size(); ++i) {
+    const int64_t n = shape_numel(metas[i].shape);
+    Tensor dst = make_view(flat, metas[i].shape, contiguous_strides(metas[i].shape), off);
+    cpu::copy_into(dst, in[i]);
+    off += n;
+  }
+  g.all_reduce(flat.data_ptr(), total, t, ReduceOp(a.ints[0]));
+  Tensors out;
+  off = 0;
+  for (const Meta& m : metas) {
+    out.push_back(make_view(flat, m.shape, contiguous_strides(m.shape), off));
+    off += shape_numel(m.shape);
+  }
+  return out;
+}
+
+Tensors all_reduce_vjp(const VjpArgs& v) {
+  const ReduceOp r = ReduceOp(v.attrs.ints[0]);
+  AXLE_CHECK(r == ReduceOp::Sum || r == ReduceOp::Mean, "[all_reduce] reduce op ", dist::detail::reduce_op_name(r),
+             " is not differentiable (use sum or mean)");
+  // Every rank must issue the same collective: a missing gradient reduces as zeros.
+  Tensors g;
+  for (size_t i = 0; i < v.in.size(); ++i) g.push_back(v.grad[i].defined() ? v.grad[i] : zeros_like(v.out[i]));
+  return call(OpKind::AllReduce, g, v.attrs);
+}
+
+// ---- AllGather ----
+std::vector<Meta> all_gather_infer(const Tensors& in, const Attrs& a) {
+  AXLE_CHECK(in.size() == 1, "[all_gather] expected one tensor, got ", in.size());
+  AXLE_CHECK(a.ints.size() == 2 && a.ints[1] >= 1, "[all_gather] expected attrs {group id, world size}");
+  check_defined(in[0], "all_gather", "x");
+  check_dtype(in[0].dtype(), ReduceOp::Sum, "all_gather");
+  Shape s = in[0].shape();
+  if (s.empty()) s = {a.ints[1]};
+  else s[0] *= a.ints[1];
+  return {{s, in[0].dtype()}};
+}
+
+Tensors all_gather_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>& metas) {
+  dist::ProcessGroup& g = dist::detail::group_by_id(a.ints[0]);
+  AXLE_CHECK(g.size() == a.ints[1], "[all_gather] graph traced for world size ", a.ints[1], ", group has ", g.size());
+  Tensor x = in[0].is_contiguous() ? in[0] : in[0].contiguous();
+  Tensor out = make_tensor(metas[0].shape, metas[0].dtype);
+  g.all_gather(x.data_ptr(), out.data_ptr(), x.numel(), x.dtype());
+  return {out};
+}
+
+Tensors all_gather_vjp(const VjpArgs& v) {
+  // d/dx of the gathered tensor: this rank's slice of the sum of every rank's gradient.
+  return {call1(OpKind::ReduceScatter, {v.grad[0]}, ops::Attrs{.ints = {int64_t(ReduceOp::Sum), v.attrs.ints[0], v.attrs.ints[1]}, .floats = {}})
+              .reshape(v.in[0].shape())};
+}
+
+// ---- ReduceScatter (an all-reduce, then this rank's slice) ----
+std::vector<Meta> reduce_scatter_infer(const Tensors& in, const Attrs& a) {
+  AXLE_CHECK(in.size() == 1, "[reduce_scatter] expected one tensor, got ", in.size());
+  AXLE_CHECK(a.ints.size() == 3 && a.ints[2] >= 1, "[reduce_scatter] expected attrs {reduce op, group id, world size}");
+  check_defined(in[0], "reduce_scatter", "x");
+  const ReduceOp r = reduce_attr(a.ints[0], "reduce_scatter");
+  check_dtype(in[0].dtype(), r, "reduce_scatter");
+  const Shape& xs = in[0].shape();
+  AXLE_CHECK(!xs.empty() && xs[0] % a.ints[2] == 0, "[reduce_scatter] expected dim 0 divisible by the world size ",
+             a.ints[2], ", got shape ", shape_str(xs));
+  Shape s = xs;
+  s[0] /= a.ints[2];
+  return {{s, in[0].dtype()}};
+}
+
+Tensors reduce_scatter_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>& metas) {
+  dist::ProcessGroup& g = dist::detail::group_by_id(a.ints[1]);
+  AXLE_CHECK(g.size() == a.ints[2], "[reduce_scatter] graph traced for world size ", a.ints[2], ", group has ",
+             g.size());
+  Tensor buf = make_tensor(in[0].shape(), in[0].dtype());
+  cpu::copy_into(buf, in[0]);
+  g.all_reduce(buf.data_ptr(), buf.numel(), buf.dtype(), ReduceOp(a.ints[0]));
+  const int64_t n = shape_numel(metas[0].shape);
+  return {make_view(buf, metas[0].shape, contiguous_strides(metas[0].shape), n * g.rank())};
+}
+
+Tensors reduce_scatter_vjp(const VjpArgs& v) {
+  const ReduceOp r = ReduceOp(v.attrs.ints[0]);
+  AXLE_CHECK(r == ReduceOp::Sum || r == ReduceOp::Mean, "[reduce_scatter] reduce op ",
+             dist::detail::reduce_op_name(r), " is not differentiable (use sum or mean)");
+  Tensor g = call1(OpKind::AllGather, {v.grad[0]}, ops::Attrs{.ints = {v.attrs.ints[1], v.attrs.ints[2]}, .floats = {}});
+  if (r == ReduceOp::Mean) g = g * (1.0 / double(v.attrs.ints[2]));
+  return {g};
+}
+
+// ---- Broadcast ----
+std::vector<Meta> broadcast_infer(const Tensors& in, const Attrs& a) {
+  AXLE_CHECK(in.size() == 1, "[broadcast] expected one tensor, got ", in.size());
+  AXLE_CHECK(a.ints.size() == 2, "[broadcast] expected attrs {src rank, group id}");
+  check_defined(in[0], "broadcast", "x");
+  check_dtype(in[0].dtype(), ReduceOp::Sum, "broadcast");
+  return {{in[0].shape(), in[0].dtype()}};
+}
+
+Tensors broadcast_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>& metas) {
+  dist::ProcessGroup& g = dist::detail::group_by_id(a.ints[1]);
+  Tensor out = make_tensor(metas[0].shape, metas[0].dtype);
+  cpu::copy_into(out, in[0]);
+  g.broadcast(out.data_ptr(), out.numel(), out.dtype(), int(a.ints[0]));
+  return {out};
+}
+
+Tensors broadcast_vjp(const VjpArgs& v) {
+  // Every rank's output came from src: src's input gets the sum of all gradients.
+  Tensor s = call1(OpKind::AllReduce, {v.grad[0]}, ops::Attrs{.ints = {int64_t(ReduceOp::Sum), v.attrs.ints[1]}, .floats = {}});
+  const int rank = dist::detail::group_by_id(v.attrs.ints[1]).rank();
+  return {rank == v.attrs.ints[0] ? s : zeros_like(v.in[0])};
+}
+
+}  // namespace
+
+AXLE_REGISTER_OP(AllReduce, {.infer = all_reduce_infer, .cpu = all_reduce_cpu, .vjp = all_reduce_vjp,
+                             .has_side_effects = true});
+AXLE_REGISTER_OP(AllGather, {.infer = all_gather_infer, .cpu = all_gather_cpu, .vjp = all_gather_vjp,
+                             .has_side_effects = true});
+AXLE_REGISTER_OP(ReduceScatter, {.infer = reduce_scatter_infer, .cpu = reduce_scatter_cpu,
+                                 .vjp = reduce_scatter_vjp, .has_side_effects = true});
+AXLE_REGISTER_OP(Broadcast, {.infer = broadcast_infer, .cpu = broadcast_cpu, .vjp = broadcast_vjp,
+                             .has_side_effects = true});
+
+}  // namespace axle::ops
+
+// ---- the tensor-level API (axle/dist.h) ----
+namespace axle::dist {
+
+Tensor all_reduce(const Tensor& x, ReduceOp op) { return all_reduce(std::vector<Tensor>{x}, op)[0]; }
+
+std::vector<Tensor> all_reduce(const std::vector<Tensor>& xs, ReduceOp op) {
+  if (xs.empty()) return {};
+  ProcessGroup& g = default_group();
+  return ops::call(ops::OpKind::AllReduce, xs, ops::Attrs{.ints = {int64_t(op), g.id()}, .floats = {}});
+}
+
+Tensor all_gather(const Tensor& x) {
+  ProcessGroup& g = default_group();
+  return ops::call1(ops::OpKind::AllGather, {x}, ops::Attrs{.ints = {g.id(), int64_t(g.size())}, .floats = {}});
+}
+
+Tensor reduce_scatter(const Tensor& x, ReduceOp op) {
+  ProcessGroup& g = default_group();
+  return ops::call1(ops::OpKind::ReduceScatter, {x}, ops::Attrs{.ints = {int64_t(op), g.id(), int64_t(g.size())}, .floats = {}});
+}
+
+Tensor broadcast(const Tensor& x, int src) {
+  ProcessGroup& g = default_group();
+  AXLE_CHECK(src >= 0 && src < g.size(), "[broadcast] expected a source rank in [0, ", g.size(), "), got ", src);
+  return ops::call1(ops::OpKind::Broadcast, {x}, ops::Attrs{.ints = {int64_t(src), g.id()}, .floats = {}});
+}
+
+void barrier() { default_group().barrier(); }
+
+}  // namespace axle::dist

@@ -1,0 +1,556 @@
+// Multi-process tests: launch(), collectives on cpu tensors and inside lazy xla graphs,
+// xm::optimizer_step parity with single-process training, failure handling.
+//
+// launch() re-executes this test binary; main() below narrows a child to the test that
+// launched it (AXLE_DIST_TEST_FILTER), so the child re-runs that test's body, reaches
+// launch() and runs the rank function. Parent-side code never touches the xla device
+// (launch() refuses a process that did).
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <netinet/in.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "axle/axle.h"
+#include "compiler/program.h"
+#include "dist/dist_internal.h"
+
+using namespace axle;
+namespace fs = std::filesystem;
+
+namespace {
+
+bool in_launched_child() { return std::getenv("AXLE_LAUNCH_RANK") != nullptr; }
+
+std::string current_test() {
+  const auto* info = testing::UnitTest::GetInstance()->current_test_info();
+  return std::string(info->test_suite_name()) + "." + info->name();
+}
+
+// A scratch directory shared by the parent and its children (children inherit it).
+std::string shared_dir() {
+  if (in_launched_child()) return std::getenv("AXLE_DIST_TEST_OUT");
+  std::string tmpl = (fs::temp_directory_path() / "axle-dist-test-XXXXXX").string();
+  const char* d = ::mkdtemp(tmpl.data());
+  if (!d) throw std::runtime_error("mkdtemp failed");
+  ::setenv("AXLE_DIST_TEST_OUT", d, 1);
+  return d;
+}
+
+// Runs fn(rank) on `world` processes; a failed expectation inside a child fails that rank.
+// A child runs only its test, so its n-th launch() is the n-th of that test (main()
+// hands it on as AXLE_LAUNCH_SEQ).
+void prepare_launch() {
+  static std::string test;
+  static int seq = 0;
+  if (test != current_test()) {
+    test = current_test();
+    seq = 0;
+  }
+  ::setenv("AXLE_DIST_TEST_FILTER", test.c_str(), 1);
+  ::setenv("AXLE_DIST_TEST_SEQ", std::to_string(seq++).c_str(), 1);
+}
+
+void run_ranks(int world, const std::function<void(int)>& fn, double timeout_s = 60) {
+  prepare_launch();
+  launch(
+      [&](int rank) {
+        fn(rank);
+        if (testing::Test::HasFailure()) throw std::runtime_error("a test expectation failed on rank " + std::to_string(rank));
+      },
+      {.world_size = world, .timeout_s = timeout_s});
+}
+
+void expect_values(const Tensor& t, const std::vector<float>& want, const std::string& what) {
+  auto got = t.cpu().to_vector<float>();
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_FLOAT_EQ(got[i], want[i]) << what << " [" << i << "]";
+}
+
+std::vector<float> iota_times(int n, double k) {
+  std::vector<float> v(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) v[size_t(i)] = float(i * k);
+  return v;
+}
+
+// Every collective against a hand-computed result, on `dev` (cpu: at once; xla: in a graph).
+void check_collectives(int rank, int world, Device dev) {
+  const double tri = world * (world + 1) / 2.0;  // sum over ranks of (rank + 1)
+  Tensor x = (arange(6, {.dtype = kFloat32}).reshape({2, 3}) * double(rank + 1)).to(dev);
+  Tensor s = dist::all_reduce(x, dist::ReduceOp::Sum);
+  Tensor m = dist::all_reduce(x, dist::ReduceOp::Mean);
+  Tensor mn = dist::all_reduce(x, dist::ReduceOp::Min);
+  Tensor mx = dist::all_reduce(x, dist::ReduceOp::Max);
+  Tensor g = dist::all_gather(full({2}, double(rank), {.device = kCPU}).to(dev));
+  Tensor rs = dist::reduce_scatter((arange(2 * world, {.dtype = kFloat32}) * double(rank + 1)).to(dev));
+  Tensor b = dist::broadcast(full({3}, 10.0 * rank).to(dev), 1);
+  const int64_t k = rank + 1;
+  Tensor xi = from_vector(std::vector<int64_t>{0, k, 2 * k, 3 * k}, {4}).to(dev);  // int64 sum
+  Tensor si = dist::all_reduce(xi);
+  std::vector<Tensor> many = dist::all_reduce({x, x * 2.0, full({5}, 1.0).to(dev)}, dist::ReduceOp::Sum);
+  if (dev.is_xla()) {
+    EXPECT_EQ(s.device(), dev);
+    axle::sync();  // one graph runs every collective above, in order
+  }
+  expect_values(s, iota_times(6, tri), "sum");
+  expect_values(m, iota_times(6, tri / world), "mean");
+  expect_values(mn, iota_times(6, 1), "min");
+  expect_values(mx, iota_times(6, world), "max");
+  std::vector<float> gw;
+  for (int r = 0; r < world; ++r) gw.insert(gw.end(), {float(r), float(r)});
+  expect_values(g, gw, "all_gather");
+  expect_values(rs, {float(2 * rank * tri), float((2 * rank + 1) * tri)}, "reduce_scatter");
+  expect_values(b, {10, 10, 10}, "broadcast");
+  EXPECT_EQ(si.dtype(), kInt64);
+  EXPECT_EQ(si.cpu().to_vector<int64_t>(), (std::vector<int64_t>{0, int64_t(tri), int64_t(2 * tri), int64_t(3 * tri)}));
+  ASSERT_EQ(many.size(), 3u);
+  expect_values(many[0], iota_times(6, tri), "bucket 0");
+  expect_values(many[1], iota_times(6, 2 * tri), "bucket 1");
+  expect_values(many[2], std::vector<float>(5, float(world)), "bucket 2");
+}
+
+}  // namespace
+
+TEST(Dist, RuntimeQueriesOutsideLaunch) {
+  EXPECT_EQ(runtime::world_size(), 1);
+  EXPECT_EQ(runtime::global_ordinal(), 0);
+  EXPECT_EQ(runtime::local_ordinal(), 0);
+}
+
+TEST(Dist, CollectivesOnCpuTensors2And3Ranks) {
+  for (int world : {2, 3}) {
+    run_ranks(world, [world](int rank) {
+      EXPECT_EQ(runtime::world_size(), world);
+      EXPECT_EQ(runtime::global_ordinal(), rank);
+      EXPECT_EQ(runtime::local_ordinal(), rank);
+      check_collectives(rank, world, kCPU);
+      dist::barrier();
+      auto payloads = xm::rendezvous("done", "r" + std::to_string(rank));
+      ASSERT_EQ(int(payloads.size()), world);
+      for (int r = 0; r < world; ++r) EXPECT_EQ(payloads[size_t(r)], "r" + std::to_string(r));
+      xm::master_print("master says hi");
+    });
+  }
+}
+
+TEST(Dist, WorldSizeFromEnvironmentAndDeprecatedSpawn) {
+  ::setenv("CPU_NUM_DEVICES", "3", 1);
+  run_ranks(0, [](int rank) {
+    EXPECT_EQ(runtime::world_size(), 3);
+    EXPECT_EQ(dist::all_reduce(full({1}, 1.0)).item(), 3.0);
+  });
+  ::setenv("AXLE_NUM_DEVICES", "2", 1);  // wins over CPU_NUM_DEVICES
+  prepare_launch();
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+  xmp::spawn([](int rank) {
+    if (runtime::world_size() != 2 || runtime::global_ordinal() != rank) throw std::runtime_error("bad world");
+  });
+#pragma GCC diagnostic pop
+  ::unsetenv("AXLE_NUM_DEVICES");
+  ::unsetenv("CPU_NUM_DEVICES");
+}
+
+TEST(Dist, CollectivesInLazyGraph) {
+  run_ranks(2, [](int rank) {
+    const int64_t before = metrics::counter_value("UncachedCompile");
+    check_collectives(rank, 2, device());
+    EXPECT_GE(metrics::counter_value("UncachedCompile"), before + 1);
+
+    // Two identical collectives on one value are two calls (no CSE), and one whose
+    // result is dropped before the sync never entered a graph; a dead-looking one inside
+    // a graph still runs (no DCE): both ranks count the same calls or they would hang.
+    Tensor x = full({4}, double(rank + 1)).to(device());
+    Tensor a = dist::all_reduce(x), b = dist::all_reduce(x);
+    Tensor c = a + b;
+    axle::sync();
+    expect_values(c, std::vector<float>(4, 6.f), "a + b");
+
+    // Gradients flow through all_reduce (sum): d/dx sum(all_reduce(x * w)) = all_reduce(1) * w.
+    Tensor w = full({3}, double(rank + 1)).to(device()).set_requires_grad(true);
+    Tensor y = dist::all_reduce(w * 2.0).sum();
+    y.backward();
+    axle::sync();
+    expect_values(y.reshape({1}), {float(2 * 3 * 3)}, "forward");
+    expect_values(w.grad(), std::vector<float>(3, 4.f), "grad");  // 2 ranks * 2
+
+    // Same graph again: cached, and still correct.
+    const int64_t cached = metrics::counter_value("CachedCompile");
+    check_collectives(rank, 2, device());
+    EXPECT_GT(metrics::counter_value("CachedCompile"), cached);
+  });
+}
+
+TEST(Dist, CollectivesInEagerMode) {
+  run_ranks(2, [](int rank) {
+    experimental::eager_mode(true);
+    check_collectives(rank, 2, device());
+    experimental::eager_mode(false);
+  });
+}
+
+TEST(Dist, CompilerNeverMergesOrDropsCollectives) {
+  // A program by hand: %0 = data; %1 = all_reduce(%0); %2 = all_reduce(%0) (same key,
+  // result unused). CSE would merge %2 into %1 and DCE would drop it.
+  compiler::Program p;
+  compiler::PNode in;
+  in.kind = lazy::NodeKind::Data;
+  in.input = 0;
+  in.outs = {{{4}, kFloat32}};
+  p.nodes.push_back(in);
+  p.num_inputs = 1;
+  for (int k = 0; k < 2; ++k) {
+    compiler::PNode ar;
+    ar.op = ops::OpKind::AllReduce;
+    ar.attrs.ints = {0, 0};
+    ar.operands = {{0, 0}};
+    ar.outs = {{{4}, kFloat32}};
+    p.nodes.push_back(ar);
+  }
+  // A collective over constants must not be folded either.
+  compiler::PNode c;
+  c.kind = lazy::NodeKind::Constant;
+  c.constant = full({}, 2.0);
+  c.outs = {{{}, kFloat32}};
+  p.nodes.push_back(c);
+  compiler::PNode ar;
+  ar.op = ops::OpKind::AllReduce;
+  ar.attrs.ints = {0, 0};
+  ar.operands = {{3, 0}};
+  ar.outs = {{{}, kFloat32}};
+  p.nodes.push_back(ar);
+  p.outputs = {{1, 0}};
+  compiler::PassPipeline::standard().run(p);
+  int collectives = 0;
+  for (const auto& n : p.nodes)
+    if (!n.dead && n.kind == lazy::NodeKind::Op && n.op == ops::OpKind::AllReduce) ++collectives;
+  EXPECT_EQ(collectives, 3) << p.text();
+  // In a group of one the kernels are copies: the program still runs.
+  EXPECT_EQ(dist::all_reduce(full({2}, 3.0)).to_vector<float>(), (std::vector<float>{3, 3}));
+}
+
+namespace {
+
+// Synthetic classification data, the same in every process.
+struct Data {
+  Tensor x, y;
+};
+Data make_data(int steps, int batch) {
+  Generator gen(123);
+  Tensor x = randn({steps, batch, 20}, {}, &gen);
+  std::vector<int64_t> labels;
+  auto xs = x.to_vector<float>();
+  for (int i = 0; i < steps * batch; ++i) labels.push_back((xs[size_t(i) * 20] > 0) + 2 * (xs[size_t(i) * 20 + 1] > 0));
+  return {x, from_vector(labels, {steps, batch})};
+}
+
+nn::ModulePtr make_mlp() {
+  manual_seed(0);
+  return std::make_shared<nn::Sequential>(std::vector<nn::ModulePtr>{
+      std::make_shared<nn::Linear>(20, 32), std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(32, 4)});
+}
+
+struct TrainRun {
+  std::vector<double> losses;
+  std::vector<std::vector<float>> params;
+};
+
+// world == 1: plain single-process training on the full batch (cpu, eager).
+// world > 1: this rank's contiguous share of each batch on `dev`, with xm::optimizer_step.
+TrainRun train(Device dev, int rank, int world, int steps, int batch) {
+  Data d = make_data(steps, batch);
+  auto model = make_mlp();
+  model->to(dev);
+  optim::SGD opt(model->parameters(), {.lr = 0.05, .momentum = 0.9});
+  const int64_t per = batch / world;
+  TrainRun r;
+  std::vector<Tensor> losses;
+  for (int s = 0; s < steps; ++s) {
+    Tensor x = d.x.narrow(0, s, 1).squeeze(0).narrow(0, rank * per, per).contiguous();
+    Tensor y = d.y.narrow(0, s, 1).squeeze(0).narrow(0, rank * per, per).contiguous();
+    auto body = [&] {
+      opt.zero_grad();
+      Tensor loss = cross_entropy((*model)(x.to(dev)), y.to(dev));
+      loss.backward();
+      if (world > 1) {
+        xm::optimizer_step(opt);
+        loss = dist::all_reduce(loss.detach(), dist::ReduceOp::Mean);  // the global batch's loss
+      } else {
+        opt.step();
+      }
+      losses.push_back(loss);
+    };
+    if (dev.is_xla()) {
+      auto guard = axle::step();
+      body();
+    } else {
+      body();
+    }
+  }
+  for (const Tensor& l : losses) r.losses.push_back(l.item());
+  for (const Tensor& p : model->parameters()) r.params.push_back(p.cpu().to_vector<float>());
+  return r;
+}
+
+void expect_same_training(const TrainRun& got, const TrainRun& want, double rtol) {
+  ASSERT_EQ(got.losses.size(), want.losses.size());
+  for (size_t i = 0; i < want.losses.size(); ++i)
+    EXPECT_NEAR(got.losses[i], want.losses[i], rtol * std::abs(want.losses[i])) << "loss at step " << i;
+  ASSERT_EQ(got.params.size(), want.params.size());
+  for (size_t k = 0; k < want.params.size(); ++k) {
+    ASSERT_EQ(got.params[k].size(), want.params[k].size());
+    double worst = 0, scale = 0;
+    for (size_t i = 0; i < want.params[k].size(); ++i) scale = std::max(scale, double(std::abs(want.params[k][i])));
+    for (size_t i = 0; i < want.params[k].size(); ++i)
+      worst = std::max(worst, std::abs(double(got.params[k][i]) - want.params[k][i]) / scale);
+    EXPECT_LT(worst, rtol) << "parameter " << k;
+  }
+}
+
+}  // namespace
+
+TEST(Dist, OptimizerStepWorld2MatchesSingleProcess) {
+  constexpr int kSteps = 10, kBatch = 16;
+  run_ranks(2, [](int rank) {
+    const TrainRun ref = train(kCPU, 0, 1, kSteps, kBatch);
+    // Training must actually move.
+    EXPECT_LT(ref.losses.back(), ref.losses.front());
+    const TrainRun cpu = train(kCPU, rank, 2, kSteps, kBatch);
+    expect_same_training(cpu, ref, 1e-5);
+    const int64_t calls = metrics::counter_value("UncachedCompile");
+    const TrainRun xla = train(device(), rank, 2, kSteps, kBatch);
+    expect_same_training(xla, ref, 1e-5);
+    EXPECT_GT(metrics::counter_value("UncachedCompile"), calls);
+  });
+}
+
+TEST(Dist, OptimizerStepUsesOneCollectivePerDtype) {
+  run_ranks(2, [](int rank) {
+    auto model = make_mlp();
+    model->to(device());
+    optim::SGD opt(model->parameters(), {.lr = 0.1});
+    Tensor loss = (*model)(full({2, 20}, double(rank)).to(device())).sum();
+    loss.backward();
+    const int64_t before = metrics::counter_value("CollectiveAllReduce");
+    xm::optimizer_step(opt, {.barrier = true});  // barrier: the step's graph runs now
+    // Four gradients, one all_reduce call.
+    EXPECT_EQ(metrics::counter_value("CollectiveAllReduce") - before, 1);
+    EXPECT_EQ(model->parameters()[0].grad().device(), device());
+    // Parameters are equal on both ranks after the step (same init, averaged gradients).
+    auto p0 = model->parameters()[0].cpu();
+    Tensor other = dist::broadcast(p0, 0);
+    expect_values(p0, other.to_vector<float>(), "parameters agree across ranks");
+  });
+}
+
+struct RemoveDir {
+  std::string dir;
+  ~RemoveDir() { fs::remove_all(dir); }
+};
+
+TEST(Dist, ChildExceptionStopsTheJob) {
+  const std::string dir = shared_dir();
+  RemoveDir cleanup{dir};
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    run_ranks(2, [&](int rank) {
+      std::ofstream(dir + "/pid" + std::to_string(rank)) << ::getpid();
+      dist::barrier();
+      if (rank == 1) throw std::runtime_error("boom from the second rank");
+      for (;;) dist::all_reduce(full({1}, 1.0));  // blocks: rank 1 never joins
+    });
+    FAIL() << "launch did not throw";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("[launch] rank 1 failed"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("boom from the second rank"), std::string::npos) << msg;
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));
+  for (int r = 0; r < 2; ++r) {
+    std::ifstream f(dir + "/pid" + std::to_string(r));
+    pid_t pid = 0;
+    ASSERT_TRUE(f >> pid) << "rank " << r << " did not start";
+    EXPECT_NE(::kill(pid, 0), 0) << "rank " << r << " (pid " << pid << ") is still alive";
+  }
+}
+
+TEST(Dist, ChildKilledBySignalStopsTheJob) {
+  const std::string dir = shared_dir();
+  RemoveDir cleanup{dir};
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    run_ranks(3, [&](int rank) {
+      std::ofstream(dir + "/pid" + std::to_string(rank)) << ::getpid();
+      dist::barrier();
+      if (rank == 1) ::kill(::getpid(), SIGKILL);
+      for (;;) std::this_thread::sleep_for(std::chrono::milliseconds(50));  // would run forever
+    });
+    FAIL() << "launch did not throw";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("rank 1"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("signal 9"), std::string::npos) << msg;
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));
+  for (int r = 0; r < 3; ++r) {
+    std::ifstream f(dir + "/pid" + std::to_string(r));
+    pid_t pid = 0;
+    ASSERT_TRUE(f >> pid) << "rank " << r << " did not start";
+    EXPECT_NE(::kill(pid, 0), 0) << "rank " << r << " (pid " << pid << ") is still alive";
+  }
+}
+
+TEST(Dist, CollectiveTimeoutIsAClearError) {
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    run_ranks(
+        2,
+        [](int rank) {
+          dist::barrier();
+          if (rank == 0) dist::all_reduce(full({1}, 1.0));  // rank 1 never joins
+          else std::this_thread::sleep_for(std::chrono::seconds(30));
+        },
+        /*timeout_s=*/1.5);
+    FAIL() << "launch did not throw";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("rank 0 failed: [all_reduce] timed out after 1.5 s"), std::string::npos) << msg;
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));
+}
+
+TEST(Dist, RendezvousTimeoutIsAClearError) {
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    run_ranks(
+        2,
+        [](int rank) {
+          if (rank == 0) dist::barrier();  // the first collective rendezvouses; rank 1 never comes
+          else std::this_thread::sleep_for(std::chrono::seconds(30));
+        },
+        /*timeout_s=*/1.5);
+    FAIL() << "launch did not throw";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("rank 0 failed: [dist] rendezvous of 2 ranks failed on rank 0 (timeout 1.5 s)"),
+              std::string::npos)
+        << msg;
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));
+}
+
+TEST(Dist, ChildOutputIsPrefixedWithItsRank) {
+  // TrainRun the binary's helper test in a subprocess and read its stdout.
+  const std::string cmd = "AXLE_DIST_HELPER=1 timeout 60 /proc/" + std::to_string(::getpid()) +
+                          "/exe --gtest_also_run_disabled_tests --gtest_filter=DistHelper.DISABLED_PrintRanks 2>&1";
+  FILE* f = ::popen(cmd.c_str(), "r");
+  ASSERT_NE(f, nullptr);
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
+  EXPECT_EQ(::pclose(f), 0) << out;
+  EXPECT_NE(out.find("[rank 0] hello from 0 of 2"), std::string::npos) << out;
+  EXPECT_NE(out.find("[rank 1] hello from 1 of 2"), std::string::npos) << out;
+  EXPECT_NE(out.find("[rank 1] to stderr 1"), std::string::npos) << out;
+  EXPECT_NE(out.find("[rank 0] only the master"), std::string::npos) << out;
+  EXPECT_EQ(out.find("[rank 1] only the master"), std::string::npos) << out;
+}
+
+TEST(Dist, DeviceUsedBeforeLaunchIsAnError) {
+  const std::string cmd = "AXLE_DIST_HELPER=1 timeout 60 /proc/" + std::to_string(::getpid()) +
+                          "/exe --gtest_also_run_disabled_tests --gtest_filter=DistHelper.DISABLED_DeviceBeforeLaunch 2>&1";
+  FILE* f = ::popen(cmd.c_str(), "r");
+  ASSERT_NE(f, nullptr);
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
+  EXPECT_EQ(::pclose(f), 0) << out;
+  EXPECT_NE(out.find("device used before launch()"), std::string::npos) << out;
+}
+
+TEST(Dist, ExternalLauncherWithTcpStore) {
+  // Two copies of this binary started torchrun-style (RANK, WORLD_SIZE, MASTER_ADDR,
+  // MASTER_PORT): launch() spawns nothing; the group rendezvouses through axle's TCP store.
+  int s = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  ASSERT_EQ(::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len), 0);
+  const int port = ntohs(a.sin_port);
+  ::close(s);
+  const std::string exe = "/proc/" + std::to_string(::getpid()) + "/exe";
+  const std::string common = "AXLE_DIST_HELPER=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" +
+                             std::to_string(port) + " AXLE_GLOO_HOST=127.0.0.1 timeout 60 " + exe +
+                             " --gtest_also_run_disabled_tests --gtest_filter=DistHelper.DISABLED_External";
+  const std::string cmd = "sh -c '" + std::string("RANK=0 LOCAL_RANK=0 ") + common + " & p=$!; RANK=1 LOCAL_RANK=1 " +
+                          common + " || exit 1; wait $p' 2>&1";
+  FILE* f = ::popen(cmd.c_str(), "r");
+  ASSERT_NE(f, nullptr);
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
+  EXPECT_EQ(::pclose(f), 0) << out;
+  EXPECT_NE(out.find("external rank 0 ok"), std::string::npos) << out;
+  EXPECT_NE(out.find("external rank 1 ok"), std::string::npos) << out;
+}
+
+// ---- helpers run in subprocesses by the tests above (disabled in normal runs) ----
+
+TEST(DistHelper, DISABLED_PrintRanks) {
+  if (!std::getenv("AXLE_DIST_HELPER")) GTEST_SKIP();
+  run_ranks(2, [](int rank) {
+    std::printf("hello from %d of %d\n", rank, runtime::world_size());
+    std::fprintf(stderr, "to stderr %d\n", rank);
+    xm::master_print("only the master");
+  });
+}
+
+TEST(DistHelper, DISABLED_DeviceBeforeLaunch) {
+  if (!std::getenv("AXLE_DIST_HELPER")) GTEST_SKIP();
+  Tensor t = full({2}, 1.0).to(device());
+  try {
+    launch([](int) {}, {.world_size = 2});
+    FAIL() << "launch did not throw";
+  } catch (const Error& e) {
+    std::printf("%s\n", e.what());
+  }
+}
+
+TEST(DistHelper, DISABLED_External) {
+  if (!std::getenv("AXLE_DIST_HELPER")) GTEST_SKIP();
+  launch([](int local) {
+    const int rank = runtime::global_ordinal();
+    EXPECT_EQ(local, rank);
+    EXPECT_EQ(runtime::world_size(), 2);
+    Tensor s = dist::all_reduce(full({3}, double(rank + 1)));
+    expect_values(s, {3, 3, 3}, "external all_reduce");
+    Tensor xs = dist::all_reduce((full({2}, double(rank + 1)).to(device())));
+    axle::sync();
+    expect_values(xs, {3, 3}, "external all_reduce on xla");
+    dist::barrier();
+    if (!testing::Test::HasFailure()) std::printf("external rank %d ok\n", rank);
+  }, {.timeout_s = 20});
+}
+
+int main(int argc, char** argv) {
+  if (in_launched_child()) GTEST_FLAG_SET(brief, true);
+  testing::InitGoogleTest(&argc, argv);
+  // A launched child runs only the test that launched it.
+  if (in_launched_child()) {
+    if (const char* f = std::getenv("AXLE_DIST_TEST_FILTER")) GTEST_FLAG_SET(filter, f);
+    if (const char* n = std::getenv("AXLE_DIST_TEST_SEQ")) ::setenv("AXLE_LAUNCH_SEQ", n, 1);
+  }
+  return RUN_ALL_TESTS();
+}
