@@ -15,6 +15,7 @@
 #include <string>
 
 #include <nlohmann/json.hpp>
+#include <random>
 
 namespace fs = std::filesystem;
 
@@ -195,4 +196,53 @@ TEST(Cli, ShortMlpRunWritesJson) {
   EXPECT_EQ(nlohmann::json::parse(slurp(json2)).at("losses").get<std::vector<double>>(), losses);
   ASSERT_EQ(run("--model mlp --max-steps 5 --threads 1 --seed 1 --json '" + json3 + "'").status, 0);
   EXPECT_NE(nlohmann::json::parse(slurp(json3)).at("losses").get<std::vector<double>>()[0], losses[0]);
+}
+
+#include "axle/serialize.h"
+
+// Killed with SIGKILL at a random moment after its first checkpoint, then resumed: the
+// final parameters are bit-identical to an uninterrupted run's (on the lazy device).
+TEST(Cli, KilledRunResumesToTheSameParameters) {
+  if (!have_real_data()) GTEST_SKIP() << "needs " << kRoot;
+  TempDir d;
+  const std::string common = " --model mlp --epochs 3 --max-steps 1000 --save-every 20 --threads 1 ";
+  const Result full = run(common + "--save '" + (d / "full") + "'");
+  ASSERT_EQ(full.status, 0) << full.err;
+  const std::string bin = std::string("'") + AXLE_TRAIN_BIN + "'";
+  const int delay_ms = static_cast<int>(std::random_device{}() % 500);
+  const std::string killed = (d / "killed");
+  const std::string script =
+      bin + common + "--save '" + killed + "' >/dev/null 2>&1 & pid=$!; "
+      "while [ ! -f '" + killed + "/checkpoint.safetensors' ] && kill -0 $pid 2>/dev/null; do sleep 0.01; done; "
+      "sleep " + std::to_string(delay_ms / 1000.0) + "; kill -9 $pid 2>/dev/null; wait $pid; exit 0";
+  std::ofstream(d / "kill.sh") << script << "\n";
+  ASSERT_EQ(std::system(("bash '" + (d / "kill.sh") + "'").c_str()), 0);
+  ASSERT_TRUE(fs::exists(killed + "/checkpoint.safetensors"));
+  const Result resumed = run(common + "--save '" + killed + "' --resume '" + killed + "'");
+  ASSERT_EQ(resumed.status, 0) << resumed.err;
+  // It really was cut short: it resumed from a checkpoint before the last step.
+  const size_t at = resumed.out.find("resumed from ");
+  ASSERT_NE(at, std::string::npos) << resumed.out;
+  const size_t st = resumed.out.find(", step ", at);
+  ASSERT_NE(st, std::string::npos) << resumed.out;
+  EXPECT_LT(std::stoll(resumed.out.substr(st + 7)), 1000) << resumed.out;
+  const auto a = axle::load((d / "full") + "/checkpoint.safetensors");
+  const auto b = axle::load(killed + "/checkpoint.safetensors");
+  int compared = 0;
+  for (const auto& [name, t] : a.tensors) {
+    if (name.rfind("model.", 0) != 0) continue;
+    EXPECT_EQ(t.to_vector<float>(), b.at(name).to_vector<float>()) << name << " (killed after " << delay_ms << " ms)";
+    ++compared;
+  }
+  EXPECT_EQ(compared, 4);
+}
+
+TEST(Cli, InitFromPyTorchWeightsAndBadResume) {
+  // Weights written by PyTorch (tests/golden/gen_torch_safetensors.py) start the cnn.
+  const Result r = run("--model cnn --max-steps 2 --init '" AXLE_TEST_DATA "/torch_cnn.safetensors'");
+  EXPECT_EQ(r.status, 0) << r.err;
+  // A missing checkpoint is a one-line error, exit status 2.
+  TempDir d;
+  expect_usage_error(run("--max-steps 1 --resume '" + (d / "nothing") + "'"), "checkpoint.safetensors");
+  expect_usage_error(run("--max-steps 1 --save-every 5"), "--save-every needs --save");
 }

@@ -62,9 +62,9 @@ std::string build_header(const std::vector<Entry>& entries, const std::map<std::
 // ---- file I/O helpers (src/serialize/serialize.cpp; not part of the fuzz build) ----
 namespace axle::st {
 
-/// Hook for the multi-process runtime: xm::save and save_checkpoint write only on the
-/// process where this returns true (torch_xla's xm.is_master_ordinal()). Until launch()
-/// sets it, every process counts as ordinal 0 and writes. nullptr restores that default.
+/// xm::save and save_checkpoint write only on the master ordinal (global ordinal 0,
+/// torch_xla's xm.is_master_ordinal()). Tests may override who counts as master;
+/// nullptr restores the runtime's answer.
 void set_master_ordinal_hook(bool (*is_master)());
 bool is_master_ordinal();
 

@@ -12,6 +12,9 @@
 
 #include "axle/runtime.h"
 #include "axle/serialize.h"
+
+#include "axle/dist.h"
+#include "axle/xm.h"
 #include "core/tensor_impl.h"
 #include "serialize/safetensors.h"
 
@@ -142,7 +145,7 @@ class InputFile {
 void set_master_ordinal_hook(bool (*is_master)()) { g_master_hook = is_master; }
 bool is_master_ordinal() {
   auto hook = g_master_hook.load();
-  return hook ? hook() : true;
+  return hook ? hook() : runtime::global_ordinal() == 0;
 }
 void set_write_fault_for_testing(uint64_t bytes, int mode) {
   g_fault_bytes = bytes;
@@ -216,8 +219,9 @@ void save(const Tensor& tensor, const std::string& path, const Metadata& metadat
 namespace xm {
 void save(const nn::StateDict& tensors, const std::string& path, const Metadata& metadata) {
   nn::StateDict cpu = to_cpu_synced(tensors);
-  // TODO(multi-process runtime): torch_xla also rendezvous here so no process reads the file early.
   if (st::is_master_ordinal()) write_file(cpu, path, metadata);
+  // As torch_xla: no rank goes on (and perhaps reads the file) before the master has written it.
+  if (runtime::world_size() > 1) (void)rendezvous("axle::xm::save");
 }
 void save(const Tensor& tensor, const std::string& path, const Metadata& metadata) {
   xm::save(nn::StateDict{{"tensor", tensor}}, path, metadata);

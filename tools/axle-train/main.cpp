@@ -25,6 +25,7 @@
 #include "axle/compile.h"
 #include "axle/metrics.h"
 #include "axle/runtime.h"
+#include "axle/serialize.h"
 #include "models.h"
 #include "progress.h"
 
@@ -49,7 +50,13 @@ struct Config {
   int threads = 0;  // 0: OpenMP's default (all cores unless OMP_NUM_THREADS says otherwise)
   std::string data = data::kFashionMNISTRoot;
   std::string json;
+  std::string save;      // checkpoint directory
+  int64_t save_every = 0;  // steps between checkpoints (0: at the end of each epoch only)
+  std::string resume;    // checkpoint directory to resume from
+  std::string init;      // safetensors weights to start from (e.g. written by PyTorch)
 };
+
+std::string checkpoint_file(const std::string& dir) { return (fs::path(dir) / "checkpoint.safetensors").string(); }
 
 /// Reported as "axle-train: error: ..." with exit status 2.
 struct UsageError : std::runtime_error {
@@ -93,6 +100,7 @@ double median(std::vector<double> v) {
 }
 
 void validate(const Config& c) {
+  if (c.save_every > 0 && c.save.empty()) throw UsageError("--save-every needs --save DIR");
   if (c.pattern == "multiprocess" || c.pattern == "ddp" || c.pattern == "loader")
     throw UsageError("--pattern " + c.pattern + " is not available yet (single, compiled and eager are)");
   if (c.device == "cpu" && c.pattern != "single")
@@ -158,6 +166,7 @@ int run(const Config& cfg) {
   manual_seed(cfg.seed);
   nn::ModulePtr model = axle_train::make_model(cfg.model);
   model->train();
+  if (!cfg.init.empty()) model->load_state_dict(axle::load(cfg.init).tensors);  // weights by name
   const Device dev = Device::parse(cfg.device);
   model->to(dev);  // before the optimizer, as with torch_xla
   if (cfg.pattern == "eager") experimental::eager_mode(true);
@@ -205,15 +214,41 @@ int run(const Config& cfg) {
   double train_seconds = 0, test_accuracy = 0;
   int64_t steps = 0, samples = 0;
   const int64_t per_epoch = loader.size();
-  for (int64_t epoch = 0; epoch < cfg.epochs; ++epoch) {
+
+  // Checkpoints: model, optimizer, RNG state and the loader position, written atomically,
+  // so a run killed at any moment resumes to the same parameters as an uninterrupted one.
+  int64_t start_epoch = 0, skip = 0;
+  if (!cfg.resume.empty()) {
+    Checkpoint ck = load_checkpoint(checkpoint_file(cfg.resume),
+                                    {.model = model.get(), .optimizer = opt.get(), .generator = &default_generator()});
+    start_epoch = ck.epoch;
+    skip = ck.batch;
+    steps = ck.step;
+    std::printf("resumed from %s at epoch %lld, batch %lld, step %lld\n", checkpoint_file(cfg.resume).c_str(),
+                static_cast<long long>(start_epoch + 1), static_cast<long long>(skip), static_cast<long long>(steps));
+  }
+  auto save = [&](int64_t epoch, int64_t batch) {
+    if (cfg.save.empty()) return;
+    fs::create_directories(cfg.save);
+    if (batch == per_epoch) ++epoch, batch = 0;
+    save_checkpoint(checkpoint_file(cfg.save), {.model = model.get(), .optimizer = opt.get(),
+                                                .generator = &default_generator(), .epoch = epoch, .batch = batch,
+                                                .step = steps});
+  };
+
+  for (int64_t epoch = start_epoch; epoch < cfg.epochs; ++epoch) {
     if (cfg.max_steps > 0 && steps >= cfg.max_steps) break;
-    const int64_t planned = cfg.max_steps > 0 ? std::min(per_epoch, cfg.max_steps - steps) : per_epoch;
+    const int64_t first_batch = epoch == start_epoch ? skip : 0;
+    const int64_t planned =
+        cfg.max_steps > 0 ? std::min(per_epoch - first_batch, cfg.max_steps - steps) : per_epoch - first_batch;
     axle_train::Progress progress(fmt::format("epoch {}/{}", epoch + 1, cfg.epochs), planned);
     loader.set_epoch(epoch);
     const auto t_epoch = Clock::now();
     const size_t first = losses.size();
     int64_t done = 0;
-    for (auto it = loader.begin(); it != loader.end(); ++it) {
+    auto it = loader.begin();
+    for (int64_t b = 0; b < first_batch && it != loader.end(); ++b) ++it;  // resume inside the epoch
+    for (; it != loader.end() && done < planned; ++it) {
       const data::Example& batch = *it;
       const auto t0 = Clock::now();
       const Tensor loss = train_step(batch);
@@ -223,9 +258,10 @@ int run(const Config& cfg) {
       samples += batch.target.size(0);
       ++steps;
       progress.update(++done, l);
-      if (done >= planned) break;
+      if (cfg.save_every > 0 && steps % cfg.save_every == 0) save(epoch, first_batch + done);
     }
     progress.finish();
+    save(epoch, first_batch + done);
     const double es = seconds_since(t_epoch);
     epoch_seconds.push_back(es);
     train_seconds += es;
@@ -304,6 +340,10 @@ int main(int argc, char** argv) {
   app.add_option("--threads", cfg.threads, "CPU threads (default: all cores)")->check(positive<int>());
   app.add_option("--data", cfg.data, "directory of the Fashion-MNIST IDX files")->capture_default_str();
   app.add_option("--json", cfg.json, "write the result as one JSON object to this file");
+  app.add_option("--save", cfg.save, "write checkpoints (DIR/checkpoint.safetensors) at each epoch end");
+  app.add_option("--save-every", cfg.save_every, "also checkpoint every N steps")->check(positive<int64_t>());
+  app.add_option("--resume", cfg.resume, "resume from the checkpoint in this directory");
+  app.add_option("--init", cfg.init, "start from these weights (safetensors, by parameter name; e.g. from PyTorch)");
 
   try {
     app.parse(argc, argv);
