@@ -661,3 +661,32 @@ TEST(DataLoader, EarlyDestructionAndRestartDoNotHang) {
     EXPECT_CONTAINS(error_of([&] { ++it; }), "stopped");
   });
 }
+
+TEST(DistributedSampler, CoversEverySampleOncePerEpochAcrossRanks) {
+  for (int replicas : {2, 3}) {
+    for (int64_t epoch : {0, 1}) {
+      std::vector<int> seen(10, 0);
+      std::vector<std::vector<int64_t>> per_rank;
+      for (int r = 0; r < replicas; ++r) {
+        axle::data::DistributedSampler s(10, replicas, r, true, 5);
+        s.set_epoch(epoch);
+        per_rank.push_back(s.indices());
+        EXPECT_EQ(int64_t(per_rank.back().size()), s.size());
+        for (int64_t i : per_rank.back()) ++seen[size_t(i)];
+      }
+      const int padding = int((10 + replicas - 1) / replicas * replicas - 10);
+      int extra = 0;
+      for (int c : seen) {
+        EXPECT_GE(c, 1);
+        extra += c - 1;
+      }
+      EXPECT_EQ(extra, padding) << replicas << " replicas";
+    }
+  }
+  // A new epoch reshuffles; the same epoch repeats.
+  axle::data::DistributedSampler a(100, 2, 0, true, 5), b(100, 2, 0, true, 5);
+  b.set_epoch(1);
+  EXPECT_NE(a.indices(), b.indices());
+  EXPECT_EQ(a.indices(), a.indices());
+  EXPECT_THROW(axle::data::DistributedSampler(10, 2, 2), axle::Error);
+}

@@ -43,4 +43,29 @@ std::vector<int64_t> RandomSampler::indices() {
   return v;
 }
 
+DistributedSampler::DistributedSampler(int64_t n, int num_replicas, int rank, bool shuffle, uint64_t seed)
+    : n_(n), replicas_(num_replicas), rank_(rank), shuffle_(shuffle), seed_(seed) {
+  AXLE_CHECK(n >= 0, "[DistributedSampler] expected a non-negative size, got ", n);
+  AXLE_CHECK(num_replicas >= 1, "[DistributedSampler] expected num_replicas >= 1, got ", num_replicas);
+  AXLE_CHECK(rank >= 0 && rank < num_replicas, "[DistributedSampler] expected a rank in [0, ", num_replicas,
+             "), got ", rank);
+}
+
+std::vector<int64_t> DistributedSampler::indices() {
+  std::vector<int64_t> all;
+  if (shuffle_) {
+    RandomSampler r(n_, seed_);
+    r.set_epoch(epoch_);
+    all = r.indices();
+  } else {
+    all.resize(size_t(n_));
+    std::iota(all.begin(), all.end(), int64_t(0));
+  }
+  const int64_t total = size() * replicas_;
+  std::vector<int64_t> mine;
+  mine.reserve(size_t(size()));
+  for (int64_t i = rank_; i < total && n_ > 0; i += replicas_) mine.push_back(all[size_t(i % n_)]);
+  return mine;
+}
+
 }  // namespace axle::data

@@ -26,6 +26,8 @@
 #include "axle/metrics.h"
 #include "axle/runtime.h"
 #include "axle/serialize.h"
+#include "axle/dist.h"
+#include "axle/xm.h"
 #include "models.h"
 #include "progress.h"
 
@@ -101,13 +103,12 @@ double median(std::vector<double> v) {
 
 void validate(const Config& c) {
   if (c.save_every > 0 && c.save.empty()) throw UsageError("--save-every needs --save DIR");
-  if (c.pattern == "multiprocess" || c.pattern == "ddp" || c.pattern == "loader")
-    throw UsageError("--pattern " + c.pattern + " is not available yet (single, compiled and eager are)");
+  if (c.pattern == "ddp" || c.pattern == "loader")
+    throw UsageError("--pattern " + c.pattern + " is not available yet (single, multiprocess, compiled and eager are)");
   if (c.device == "cpu" && c.pattern != "single")
     throw UsageError("--pattern " + c.pattern + " runs on the lazy device: use --device xla (the default)");
-  if (c.devices != 1)
-    throw UsageError(fmt::format("--devices {} is not available yet (multi-process patterns are not built yet)",
-                                 c.devices));
+  if (c.devices != 1 && c.pattern != "multiprocess")
+    throw UsageError(fmt::format("--devices {} needs --pattern multiprocess", c.devices));
   if (!c.json.empty()) {
     const fs::path parent = fs::absolute(fs::path(c.json)).parent_path();
     std::error_code ec;
@@ -145,9 +146,14 @@ void write_json(const std::string& path, const nlohmann::ordered_json& j) {
   AXLE_CHECK(!ec, "[axle-train] cannot rename ", tmp, " to ", path, ": ", ec.message());
 }
 
+// One process's training run; under --pattern multiprocess each launched rank runs it on its
+// shard of the data (rank 0 prints and writes the results).
 int run(const Config& cfg) {
-  validate(cfg);
+  const int world = runtime::world_size(), rank = runtime::global_ordinal();
+  const bool master = rank == 0;
+  if (!master) std::freopen("/dev/null", "w", stdout);
   if (cfg.threads > 0) omp_set_num_threads(cfg.threads);
+  else if (world > 1) omp_set_num_threads(std::max(1, omp_get_num_procs() / world));  // share the cores
   const int threads = omp_get_max_threads();
 
   const auto t_load = Clock::now();
@@ -179,7 +185,10 @@ int run(const Config& cfg) {
     opt = std::make_unique<optim::AdamW>(model->parameters(), optim::AdamWOptions{.lr = cfg.lr});
     opt_desc = fmt::format("adamw (lr {})", cfg.lr);
   }
-  data::DataLoader loader(train_set, {.batch_size = cfg.batch_size, .shuffle = true, .seed = cfg.seed});
+  // Each rank reads its own shard, reshuffled every epoch (DistributedSampler); one process reads all.
+  std::shared_ptr<data::Sampler> shard;
+  if (world > 1) shard = std::make_shared<data::DistributedSampler>(train_set->size(), world, rank, true, cfg.seed);
+  data::DataLoader loader(train_set, {.batch_size = cfg.batch_size, .shuffle = world == 1, .seed = cfg.seed}, shard);
 
   // The training step of each pattern. On xla the loss is read after the step
   // boundary, so reading it never splits the step's graph.
@@ -194,6 +203,15 @@ int run(const Config& cfg) {
   auto train_step = [&](const data::Example& batch) -> Tensor {
     if (dev.is_cpu()) return step_fn(batch.data, batch.target);
     if (cfg.pattern == "compiled") return compiled_step(batch.data.to(dev), batch.target.to(dev));
+    if (cfg.pattern == "multiprocess") {  // seed Pattern 2
+      auto step = axle::step();
+      Tensor x = batch.data.to(dev), y = batch.target.to(dev);
+      opt->zero_grad();
+      Tensor loss = cross_entropy((*model)(x), y);
+      loss.backward();
+      xm::optimizer_step(*opt);  // all-reduce the gradients, then step
+      return loss;
+    }
     auto step = axle::step();  // seed Pattern 1 (and 6: in eager mode each op has already run)
     return step_fn(batch.data.to(dev), batch.target.to(dev));
   };
@@ -241,7 +259,7 @@ int run(const Config& cfg) {
     const int64_t first_batch = epoch == start_epoch ? skip : 0;
     const int64_t planned =
         cfg.max_steps > 0 ? std::min(per_epoch - first_batch, cfg.max_steps - steps) : per_epoch - first_batch;
-    axle_train::Progress progress(fmt::format("epoch {}/{}", epoch + 1, cfg.epochs), planned);
+    axle_train::Progress progress(fmt::format("epoch {}/{}", epoch + 1, cfg.epochs), planned, master);
     loader.set_epoch(epoch);
     const auto t_epoch = Clock::now();
     const size_t first = losses.size();
@@ -276,19 +294,20 @@ int run(const Config& cfg) {
   }
 
   const double med = median(step_ms);
-  const double sps = train_seconds > 0 ? samples / train_seconds : 0;
+  // Samples per second of the whole job (every rank trains on its own shard).
+  const double sps = train_seconds > 0 ? double(samples) * world / train_seconds : 0;
   const double final_loss = losses.empty() ? 0 : losses.back();
   std::printf("result: %lld steps, final loss %.4f, test accuracy %.4f, train %.2f s, median step %.2f ms, "
               "%.0f samples/s\n",
               static_cast<long long>(steps), final_loss, test_accuracy, train_seconds, med, sps);
   std::fflush(stdout);
 
-  if (!cfg.json.empty()) {
+  if (!cfg.json.empty() && master) {
     nlohmann::ordered_json j;
     j["pattern"] = cfg.pattern;
     j["device"] = cfg.device;
     j["model"] = cfg.model;
-    j["world_size"] = 1;
+    j["world_size"] = world;
     j["epochs"] = cfg.epochs;
     j["steps"] = steps;
     j["batch_size"] = cfg.batch_size;
@@ -355,7 +374,11 @@ int main(int argc, char** argv) {
     return fail(e.what(), 2);
   }
   try {
-    return run(cfg);
+    validate(cfg);
+    if (cfg.pattern != "multiprocess") return run(cfg);
+    int status = 0;
+    axle::launch([&](int) { status = run(cfg); }, {.world_size = cfg.devices});
+    return status;
   } catch (const UsageError& e) {
     return fail(e.what(), 2);
   } catch (const axle::Error& e) {

@@ -22,9 +22,9 @@ std::string eta_str(double s) {
 }
 }  // namespace
 
-Progress::Progress(std::string label, int64_t total)
+Progress::Progress(std::string label, int64_t total, bool enabled)
     : label_(std::move(label)), total_(total), tty_(isatty(STDERR_FILENO) == 1),
-      start_(Clock::now()), last_draw_(start_) {}
+      start_(Clock::now()), last_draw_(start_), enabled_(enabled) {}
 
 Progress::~Progress() { finish(); }
 
@@ -44,6 +44,7 @@ void Progress::update(int64_t done, double loss) {
 }
 
 void Progress::draw(int64_t done, bool final) {
+  if (!enabled_) return;
   const double el = seconds(Clock::now() - start_);
   const double ms = done > 0 ? 1e3 * el / done : 0;
   const double eta = done > 0 ? el / done * (total_ - done) : NAN;

@@ -10,7 +10,7 @@ namespace axle_train {
 class Progress {
  public:
   /// `label` prefixes every update ("epoch 1/3"); `total` steps in this phase.
-  Progress(std::string label, int64_t total);
+  Progress(std::string label, int64_t total, bool enabled = true);  ///< disabled: draws nothing
   ~Progress();
   /// Reports step `done` (1-based) with the latest loss.
   void update(int64_t done, double loss);
@@ -27,6 +27,7 @@ class Progress {
   double loss_avg_ = 0;  // exponential moving average of the loss
   bool have_loss_ = false;
   std::chrono::steady_clock::time_point start_, last_draw_;
+  bool enabled_ = true;
 };
 
 }  // namespace axle_train

@@ -46,4 +46,21 @@ class RandomSampler : public Sampler {
   uint64_t seed_;
 };
 
+/// One rank's share of the data set (torch.utils.data.DistributedSampler): every epoch the
+/// indices (shuffled per epoch from `seed` when `shuffle`) are padded by wrapping around to a
+/// multiple of `num_replicas`, and rank r takes positions r, r + num_replicas, ...
+/// Across ranks each sample appears once per epoch (plus the padding).
+class DistributedSampler : public Sampler {
+ public:
+  DistributedSampler(int64_t n, int num_replicas, int rank, bool shuffle = true, uint64_t seed = 0);
+  std::vector<int64_t> indices() override;
+  int64_t size() const override { return (n_ + replicas_ - 1) / replicas_; }
+
+ private:
+  int64_t n_;
+  int replicas_, rank_;
+  bool shuffle_;
+  uint64_t seed_;
+};
+
 }  // namespace axle::data
