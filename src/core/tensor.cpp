@@ -415,7 +415,7 @@ Tensor from_typed(const std::vector<T>& v, const Shape& shape, const TensorOptio
   Tensor t = make_tensor(shape, o.dtype);
   char* p = t.impl()->data();
   size_t isz = itemsize(o.dtype);
-  if (o.dtype == dtype_of<T>()) std::memcpy(p, v.data(), v.size() * sizeof(T));
+  if (!v.empty() && o.dtype == dtype_of<T>()) std::memcpy(p, v.data(), v.size() * sizeof(T));
   else for (size_t i = 0; i < v.size(); ++i) store(p + i * isz, o.dtype, double(v[i]));
   return finish(t, o);
 }
@@ -434,7 +434,7 @@ Tensor from_vector(const std::vector<int32_t>& v, const Shape& s, const TensorOp
 
 Tensor from_blob(const void* data, const Shape& shape, DType t, const TensorOptions& o) {
   Tensor r = make_tensor(shape, t);
-  std::memcpy(r.impl()->data(), data, size_t(r.numel()) * itemsize(t));
+  if (r.numel() > 0) std::memcpy(r.impl()->data(), data, size_t(r.numel()) * itemsize(t));
   if (o.dtype != t) r = cast(r, o.dtype);
   return finish(r, o);
 }
