@@ -9,6 +9,7 @@ PKGS=(
   dataset-fashion-mnist zlib1g-dev
   nlohmann-json3-dev libcli11-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  clang libclang-rt-14-dev   # libFuzzer for the safetensors fuzz test
 )
 missing=()
 for p in "${PKGS[@]}"; do
