@@ -23,12 +23,12 @@ std::shared_ptr<CompiledState> make_compiled_state(CompileOptions o) {
   s->ctx.name = s->opts.name;
   s->ctx.full_graph = s->opts.full_graph;
   CompiledState* raw = s.get();
-  s->ctx.on_graph = [raw](uint64_t hash, const std::string& explain) {
+  s->ctx.on_graph = [raw](uint64_t hash, const std::function<std::string()>& explain) {
     if (raw->graphs.count(hash)) return;
     const int limit = raw->opts.max_different_graphs;
     AXLE_CHECK(limit == 0 || int(raw->graphs.size()) < limit, "[compile] function '", raw->opts.name,
                "' would produce ", raw->graphs.size() + 1, " different graphs, more than max_different_graphs = ",
-               limit, "; this one differs from the previous: ", explain);
+               limit, "; this one differs from the previous: ", explain());
     raw->graphs.insert(hash);
   };
   return s;
@@ -42,7 +42,8 @@ CompiledCall::CompiledCall(CompiledState& s) : s_(s), saved_(lazy::current_conte
 CompiledCall::~CompiledCall() { lazy::set_current_context(static_cast<lazy::TraceContext*>(saved_)); }
 
 void CompiledCall::finish() {
-  metrics::counter_add("MarkStep");
+  static metrics::Counter& mark_step = metrics::counter("MarkStep");
+  mark_step.add();
   lazy::sync_all("compile()");
 }
 

@@ -54,7 +54,7 @@ struct TraceContext {
   std::string name = "step";  ///< graph name in debug output, saved graphs and errors
   bool full_graph = false;    ///< a value read inside throws
   /// Called with each new graph hash before it runs (compile()'s max_different_graphs); may throw.
-  std::function<void(uint64_t hash, const std::string& explain)> on_graph;
+  std::function<void(uint64_t hash, const std::function<std::string()>& explain)> on_graph;
 };
 /// The innermost active compile() context on this thread, or null.
 TraceContext* current_context();

@@ -233,13 +233,12 @@ void execute(const std::vector<std::shared_ptr<LazyTensor>>& targets, const char
   const bool eager = std::string_view(cause) == "eager op";
   TraceContext* ctx = current_context();
   if (ctx && ctx->on_graph) {
-    std::string explain;
-    {
+    // The explanation costs a walk over the graph: made only when a limit is hit.
+    ctx->on_graph(g.hash, [&] {
       std::lock_guard<std::mutex> lock(debug_mu());
       auto it = last_summary().find(name);
-      explain = it == last_summary().end() ? "first graph" : explain_difference(it->second, summarize(g));
-    }
-    ctx->on_graph(g.hash, explain);
+      return it == last_summary().end() ? std::string("first graph") : explain_difference(it->second, summarize(g));
+    });
   }
   std::shared_ptr<const compiler::Executable> ex = cache().get(g.hash);
   // A compile()d function's graphs are also counted under its name ("CachedCompile::train_step").
