@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <cmath>
 
 #include "axle/axle.h"
 #include "axle/metrics.h"
@@ -208,4 +209,17 @@ TEST(Lazy, LiveTensorIsNotDonated) {
   axle::sync();
   EXPECT_EQ(old.to_vector<float>()[0], 1.0f);
   EXPECT_EQ(a.to_vector<float>()[0], 2.0f);
+}
+
+TEST(Lazy, EagerModeWithoutSyncDoesNotAccumulate) {
+  // Eager mode materialises every op; nothing is left for a sync, and nothing piles up.
+  experimental::eager_mode(true);
+  metrics::reset();
+  Tensor x = ones({8}).to(device());
+  for (int i = 0; i < 20000; ++i) x = x * 1.0001;
+  experimental::eager_mode(false);
+  EXPECT_NEAR(x.to_vector<float>()[0], ::pow(1.0001, 20000), 1e-2);
+  const int64_t live = metrics::counter_value("CreateXlaTensor") - metrics::counter_value("DestroyXlaTensor");
+  EXPECT_LT(live, 10);
+  EXPECT_LT(lazy::pending_count(), size_t(10000));  // 20000 ops, the registry pruned
 }

@@ -72,6 +72,8 @@ Tensor to_cpu(const Tensor& xla_tensor, const char* reason);
 bool sync_all(const char* cause);
 /// Eager mode: runs the pending outputs of one op at once (a cached one-op graph).
 void run_eagerly(const ops::Tensors& outs);
+/// Entries in the live-tensor registry (bounded: dead and materialised entries are pruned).
+size_t pending_count();
 /// The TraceTime timer (time spent in ops on the lazy device).
 metrics::Timer& trace_timer();
 /// True while eager mode is on and no compile() region is tracing.

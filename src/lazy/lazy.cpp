@@ -27,6 +27,7 @@ namespace {
 struct Registry {
   std::mutex mu;
   std::vector<std::weak_ptr<LazyTensor>> pending;  ///< tensors created with IR since the last sync
+  size_t prune_at = 4096;  ///< a program that never syncs (eager mode, value reads) is pruned here
 };
 Registry& registry() {
   static Registry* r = new Registry();
@@ -142,6 +143,14 @@ Value value_of(const Tensor& t) {
 void track(const std::shared_ptr<LazyTensor>& lt) {
   Registry& r = registry();
   std::lock_guard<std::mutex> g(r.mu);
+  if (r.pending.size() >= r.prune_at) {
+    // Drop dead and already materialised tensors, so the list stays proportional to live work.
+    std::erase_if(r.pending, [](const std::weak_ptr<LazyTensor>& w) {
+      auto l = w.lock();
+      return !l || !l->ir;
+    });
+    r.prune_at = std::max<size_t>(4096, 2 * r.pending.size());
+  }
   r.pending.push_back(lt);
 }
 
@@ -371,6 +380,12 @@ bool sync_all(const char* cause) {
 }
 
 metrics::Timer& trace_timer() { return stats().trace; }
+
+size_t pending_count() {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> g(r.mu);
+  return r.pending.size();
+}
 
 bool eager_active() { return g_eager.load(std::memory_order_relaxed) && current_context() == nullptr; }
 
