@@ -117,11 +117,8 @@ float normalized(int v) { return (float(v) / 255.0f - kFashionMNISTMean) / kFash
 
 TEST(FashionMNIST, TrainSplitMatchesNumpy) {
   if (!have_real_data()) GTEST_SKIP() << "dataset-fashion-mnist is not installed";
-  const auto t0 = std::chrono::steady_clock::now();
+  // Load time is a benchmark figure (axle-train's JSON reports data_load_seconds), not asserted here.
   FashionMNIST ds(kRoot, true);
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("train split loaded in %.3f s\n", s);
-  EXPECT_LT(s, 3.0);  // < 1 s on an idle machine; slack for shared CI machines
 
   ASSERT_EQ(ds.size(), 60000);
   EXPECT_EQ(ds.data().shape(), (Shape{60000, 1, 28, 28}));
