@@ -8,46 +8,18 @@
 #include <nlohmann/json.hpp>
 
 #include "axle/axle.h"
+#include "golden_nn_optim.h"
 
 using namespace axle;
 using json = nlohmann::json;
 
+using pytorch_golden::expect_close;
+using pytorch_golden::from_json;
+using pytorch_golden::seq;
+
 namespace {
 
-std::shared_ptr<nn::Sequential> seq(std::vector<nn::ModulePtr> ms) {
-  return std::make_shared<nn::Sequential>(std::move(ms));
-}
-
-const json& golden() {
-  static const json j = [] {
-    std::ifstream f(std::string(AXLE_TEST_DATA) + "/golden_nn_optim.json");
-    if (!f) throw std::runtime_error("cannot open golden_nn_optim.json under " AXLE_TEST_DATA);
-    return json::parse(f);
-  }();
-  return j;
-}
-
-Tensor from_json(const json& j, DType as = kFloat32) {
-  Shape shape = j.at("shape").get<Shape>();
-  if (as == kInt64) return from_vector(j.at("values").get<std::vector<int64_t>>(), shape);
-  return from_vector(j.at("values").get<std::vector<double>>(), shape, {.dtype = as});
-}
-
-// |a - b| <= atol + rtol * |b| elementwise.
-void expect_close(const Tensor& a, const json& ref, const std::string& what, double tol = 1e-5) {
-  ASSERT_TRUE(a.defined()) << what << " is undefined";
-  ASSERT_EQ(a.shape(), ref.at("shape").get<Shape>()) << what;
-  std::vector<double> got = a.to_vector<double>();
-  std::vector<double> want = ref.at("values").get<std::vector<double>>();
-  ASSERT_EQ(got.size(), want.size()) << what;
-  double worst = 0;
-  size_t at = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    double err = std::abs(got[i] - want[i]) / (1 + std::abs(want[i]));
-    if (!(err <= worst)) worst = err, at = i;  // also catches NaN
-  }
-  EXPECT_LE(worst, tol) << what << ": element " << at << " is " << got[at] << ", PyTorch has " << want[at];
-}
+const json& golden() { return pytorch_golden::data(); }
 
 nn::StateDict state_from_json(const json& entries) {
   nn::StateDict sd;
