@@ -47,6 +47,19 @@ void adam_update(Optimizer& opt, const Tensor& p, const Tensor& grad_in, double 
   Tensor denom = add(div(sqrt(exp_avg_sq), bias_correction2_sqrt), eps);
   p.set_data(sub(param, div(mul(exp_avg, step_size), denom)));
 }
+// One step of every parameter with a gradient; `option` reads a group's hyperparameter.
+template <class Option>
+void adam_step(Optimizer& opt, std::vector<ParamGroup>& groups, Option option, bool decoupled) {
+  NoGradGuard ng;
+  for (auto& g : groups) {
+    const double b1 = option(g, "beta1"), b2 = option(g, "beta2"), eps = option(g, "eps");
+    const double wd = option(g, "weight_decay");
+    for (auto& p : g.params) {
+      Tensor grad = p.grad();
+      if (grad.defined()) adam_update(opt, p, grad, g.lr, b1, b2, eps, wd, decoupled);
+    }
+  }
+}
 }  // namespace
 
 Adam::Adam(std::vector<Tensor> params, AdamOptions o)
@@ -57,15 +70,7 @@ Adam::Adam(std::vector<ParamGroup> groups, AdamOptions o)
                 "Adam") {}
 
 void Adam::step() {
-  NoGradGuard ng;
-  for (auto& g : groups_) {
-    const double b1 = option(g, "beta1"), b2 = option(g, "beta2"), eps = option(g, "eps");
-    const double wd = option(g, "weight_decay");
-    for (auto& p : g.params) {
-      Tensor grad = p.grad();
-      if (grad.defined()) adam_update(*this, p, grad, g.lr, b1, b2, eps, wd, false);
-    }
-  }
+  adam_step(*this, groups_, [this](const ParamGroup& g, const char* k) { return option(g, k); }, false);
 }
 
 AdamW::AdamW(std::vector<Tensor> params, AdamWOptions o)
@@ -76,15 +81,7 @@ AdamW::AdamW(std::vector<ParamGroup> groups, AdamWOptions o)
                 "AdamW") {}
 
 void AdamW::step() {
-  NoGradGuard ng;
-  for (auto& g : groups_) {
-    const double b1 = option(g, "beta1"), b2 = option(g, "beta2"), eps = option(g, "eps");
-    const double wd = option(g, "weight_decay");
-    for (auto& p : g.params) {
-      Tensor grad = p.grad();
-      if (grad.defined()) adam_update(*this, p, grad, g.lr, b1, b2, eps, wd, true);
-    }
-  }
+  adam_step(*this, groups_, [this](const ParamGroup& g, const char* k) { return option(g, k); }, true);
 }
 
 }  // namespace axle::optim
