@@ -74,3 +74,51 @@ TEST(Core, CheckNumericsNamesTheOp) {
     EXPECT_NE(std::string(e.what()).find("(op 'div') produced NaN"), std::string::npos) << e.what();
   }
 }
+
+TEST(Autograd, PostAccumulateGradHookAndQueuedCallback) {
+  Tensor w = full({3}, 2.0, {.requires_grad = true});
+  Tensor v = full({3}, 1.0, {.requires_grad = true});
+  std::vector<std::string> events;
+  const int64_t id = autograd::register_post_accumulate_grad_hook(w, [&](const Tensor& p) {
+    EXPECT_TRUE(p.is_same(w));
+    ASSERT_TRUE(p.grad().defined());  // the gradient is already accumulated
+    events.push_back("hook w " + std::to_string(p.grad().to_vector<float>()[0]));
+    autograd::queue_callback([&] {
+      // Runs after every leaf got its gradient, including v's.
+      events.push_back("callback v.grad " + std::to_string(v.grad().defined()));
+      autograd::queue_callback([&] { events.push_back("nested"); });
+    });
+  });
+  (w * v * 3.0).sum().backward();
+  EXPECT_EQ(events, (std::vector<std::string>{"hook w 3.000000", "callback v.grad 1", "nested"}));
+  (w * 2.0).sum().backward();  // accumulates: hook sees 3 + 2
+  EXPECT_EQ(events[3], "hook w 5.000000");
+  autograd::remove_hook(w, id);
+  events.clear();
+  (w * 2.0).sum().backward();
+  EXPECT_TRUE(events.empty());
+}
+
+TEST(Autograd, HookErrorsAreClear) {
+  Tensor a = full({2}, 1.0);
+  EXPECT_THROW(
+      {
+        try {
+          autograd::register_post_accumulate_grad_hook(a, [](const Tensor&) {});
+        } catch (const Error& e) {
+          EXPECT_NE(std::string(e.what()).find("expected a leaf tensor that requires grad"), std::string::npos);
+          throw;
+        }
+      },
+      Error);
+  EXPECT_THROW(autograd::queue_callback([] {}), Error);  // no backward running
+  // A throwing hook ends backward() with its error; the next backward starts clean.
+  Tensor w = full({2}, 1.0, {.requires_grad = true});
+  const int64_t id = autograd::register_post_accumulate_grad_hook(w, [](const Tensor&) {
+    autograd::queue_callback([] { AXLE_FAIL("[test] callback failed"); });
+  });
+  EXPECT_THROW((w * 2.0).sum().backward(), Error);
+  autograd::remove_hook(w, id);
+  EXPECT_NO_THROW((w * 2.0).sum().backward());
+  EXPECT_THROW(autograd::queue_callback([] {}), Error);
+}

@@ -262,12 +262,23 @@ struct TrainRun {
   std::vector<std::vector<float>> params;
 };
 
+// How gradients are averaged over ranks.
+enum class Sync { OptimizerStep, Ddp, DdpBucketView };
+
 // world == 1: plain single-process training on the full batch (cpu, eager).
-// world > 1: this rank's contiguous share of each batch on `dev`, with xm::optimizer_step.
-TrainRun train(Device dev, int rank, int world, int steps, int batch) {
+// world > 1: this rank's contiguous share of each batch on `dev`, with xm::optimizer_step
+// or DistributedDataParallel.
+TrainRun train(Device dev, int rank, int world, int steps, int batch, Sync how = Sync::OptimizerStep) {
   Data d = make_data(steps, batch);
-  auto model = make_mlp();
-  model->to(dev);
+  auto net = make_mlp();
+  net->to(dev);
+  nn::ModulePtr model = net;
+  if (world > 1 && how != Sync::OptimizerStep) {
+    // Small buckets: the mlp's four gradients go out in more than one all-reduce.
+    model = std::make_shared<nn::parallel::DistributedDataParallel>(
+        net, nn::parallel::DistributedDataParallelOptions{.gradient_as_bucket_view = how == Sync::DdpBucketView,
+                                                          .bucket_cap_mb = 0.003});
+  }
   optim::SGD opt(model->parameters(), {.lr = 0.05, .momentum = 0.9});
   const int64_t per = batch / world;
   TrainRun r;
@@ -280,7 +291,8 @@ TrainRun train(Device dev, int rank, int world, int steps, int batch) {
       Tensor loss = cross_entropy((*model)(x.to(dev)), y.to(dev));
       loss.backward();
       if (world > 1) {
-        xm::optimizer_step(opt);
+        if (how == Sync::OptimizerStep) xm::optimizer_step(opt);
+        else opt.step();  // DDP averaged the gradients when backward() finished
         loss = dist::all_reduce(loss.detach(), dist::ReduceOp::Mean);  // the global batch's loss
       } else {
         opt.step();
@@ -328,6 +340,101 @@ TEST(Dist, OptimizerStepWorld2MatchesSingleProcess) {
     const TrainRun xla = train(device(), rank, 2, kSteps, kBatch);
     expect_same_training(xla, ref, 1e-5);
     EXPECT_GT(metrics::counter_value("UncachedCompile"), calls);
+  });
+}
+
+TEST(Dist, DdpMatchesOptimizerStepAndSingleProcess) {
+  constexpr int kSteps = 10, kBatch = 16;
+  run_ranks(2, [](int rank) {
+    const TrainRun ref = train(kCPU, 0, 1, kSteps, kBatch);
+    for (Device dev : {Device(kCPU), device()}) {
+      const TrainRun opt_step = train(dev, rank, 2, kSteps, kBatch, Sync::OptimizerStep);
+      for (Sync how : {Sync::Ddp, Sync::DdpBucketView}) {
+        const int64_t before = metrics::counter_value("CollectiveAllReduce");
+        const TrainRun ddp = train(dev, rank, 2, kSteps, kBatch, how);
+        SCOPED_TRACE(dev.str() + (how == Sync::Ddp ? " ddp" : " ddp bucket view"));
+        expect_same_training(ddp, ref, 1e-5);
+        // The same averaged gradients as optimizer_step: bit-identical parameters.
+        EXPECT_EQ(ddp.params, opt_step.params);
+        // Per step: 2 gradient buckets (cap 0.003 MiB) + the loss; once: the parameter check.
+        EXPECT_EQ(metrics::counter_value("CollectiveAllReduce") - before, kSteps * 3);
+      }
+    }
+  });
+}
+
+TEST(Dist, DdpBroadcastsRank0AndBucketsGradientsAsViews) {
+  run_ranks(2, [](int rank) {
+    manual_seed(uint64_t(100 + rank));  // different initialisation on each rank
+    auto net = std::make_shared<nn::Sequential>(std::vector<nn::ModulePtr>{
+        std::make_shared<nn::Linear>(20, 32), std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(32, 4)});
+    dist::init_process_group("xla", "xla://");
+    nn::parallel::DistributedDataParallel ddp(net, {.gradient_as_bucket_view = true});
+    // Rank 0's parameters everywhere.
+    for (const Tensor& p : net->parameters()) {
+      Tensor r0 = dist::broadcast(p, 0);
+      EXPECT_EQ(p.to_vector<float>(), r0.to_vector<float>());
+    }
+    // One bucket at the default cap, gradients in reverse registration order; PyTorch's names.
+    EXPECT_EQ(ddp.bucket_names(), (std::vector<std::vector<std::string>>{{"2.bias", "2.weight", "0.bias", "0.weight"}}));
+    EXPECT_EQ(ddp.state_dict()[0].first, "module.0.weight");
+    Tensor x = full({4, 20}, double(rank + 1));
+    ddp(x).sum().backward();
+    // Every gradient is a view into one bucket: consecutive, in bucket order.
+    const auto params = net->parameters();
+    const std::vector<int> order{3, 2, 1, 0};
+    for (size_t i = 1; i < order.size(); ++i) {
+      const Tensor& prev = params[size_t(order[i - 1])];
+      const Tensor& cur = params[size_t(order[i])];
+      EXPECT_EQ(static_cast<char*>(cur.grad().data_ptr()),
+                static_cast<char*>(prev.grad().data_ptr()) + prev.numel() * sizeof(float))
+          << "gradient " << order[i] << " is not the next slice of the bucket";
+    }
+    // The gradients are the average over ranks: equal everywhere.
+    for (const Tensor& p : params) EXPECT_EQ(p.grad().to_vector<float>(), dist::broadcast(p.grad(), 1).to_vector<float>());
+    // A model that differs between ranks is a clear error on every rank.
+    auto other = std::make_shared<nn::Linear>(20, rank == 0 ? 4 : 5);
+    try {
+      nn::parallel::DistributedDataParallel bad(other);
+      ADD_FAILURE() << "expected an error";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("every rank must wrap the same model: rank 0 has 'weight:float32[4, 20]' "
+                                           "where rank 1 has 'weight:float32[5, 20]'"),
+                std::string::npos)
+          << e.what();
+    }
+  });
+}
+
+TEST(Dist, DdpNoSyncAccumulatesThenAverages) {
+  run_ranks(2, [](int rank) {
+    auto lin = std::make_shared<nn::Linear>(3, 2);
+    nn::parallel::DistributedDataParallel ddp(lin);
+    const double k = rank + 1;
+    {
+      auto guard = ddp.no_sync();
+      ddp(full({1, 3}, k)).sum().backward();  // local only: weight grad = k everywhere
+      EXPECT_EQ(lin->weight.grad().to_vector<float>(), std::vector<float>(6, float(k)));
+    }
+    ddp(full({1, 3}, 10 * k)).sum().backward();  // accumulated 11k, averaged over ranks: 11 * 1.5
+    EXPECT_EQ(lin->weight.grad().to_vector<float>(), std::vector<float>(6, 16.5f));
+    EXPECT_EQ(lin->bias.grad().to_vector<float>(), std::vector<float>(2, 2.0f));
+  });
+}
+
+TEST(Dist, DdpBroadcastsBuffersEachTrainingForward) {
+  run_ranks(2, [](int rank) {
+    auto bn = std::make_shared<nn::BatchNorm2d>(2);
+    bn->to(device());
+    nn::parallel::DistributedDataParallel ddp(bn);
+    {
+      NoGradGuard g;
+      bn->running_mean.set_data(full({2}, 5.0 * rank).to(device()));  // rank 1 drifts
+    }
+    Tensor x = arange(16, {.dtype = kFloat32}).reshape({2, 2, 2, 2}).to(device());  // same batch on both ranks
+    { auto step = axle::step(); ddp(x).sum().backward(); }
+    // Rank 0's running mean (0) went into the update on both ranks: 0.9 * 0 + 0.1 * batch mean.
+    expect_values(bn->running_mean, {0.55f, 0.95f}, "running_mean");
   });
 }
 

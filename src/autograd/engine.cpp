@@ -1,4 +1,6 @@
 // The backward engine: topological order over the grad_fn graph, gradients summed per input.
+#include <atomic>
+#include <functional>
 #include <unordered_map>
 
 #include "axle/autograd.h"
@@ -49,10 +51,66 @@ ops::Tensors AccumulateGrad::apply(ops::Tensors&& grads) {
   if (g.dtype() != t->dtype) g = g.to(t->dtype);
   // Never modify a gradient in place: it may alias another tensor's.
   m.grad = m.grad.defined() ? add(m.grad, g) : g;
+  if (!m.grad_hooks.empty()) {
+    const Tensor param(t);
+    auto hooks = m.grad_hooks;  // a hook may register or remove hooks
+    for (auto& [id, hook] : hooks) hook(param);
+  }
   return {};
 }
 
+namespace {
+// Callbacks queued during the backward pass running on this thread (null outside one).
+thread_local std::vector<std::function<void()>>* g_callbacks = nullptr;
+std::atomic<int64_t> g_next_hook_id{1};
+}  // namespace
+
+int64_t register_post_accumulate_grad_hook(const Tensor& param, GradHook hook) {
+  AXLE_CHECK(param.defined(), "[register_post_accumulate_grad_hook] expected a defined tensor");
+  AXLE_CHECK(param.is_leaf() && param.requires_grad(),
+             "[register_post_accumulate_grad_hook] expected a leaf tensor that requires grad (a parameter), got ",
+             param.is_leaf() ? "a leaf that does not require grad" : "the result of an op");
+  AXLE_CHECK(hook != nullptr, "[register_post_accumulate_grad_hook] expected a callable hook, got an empty one");
+  const int64_t id = g_next_hook_id.fetch_add(1);
+  param.impl()->meta().grad_hooks.emplace_back(id, std::move(hook));
+  return id;
+}
+
+void remove_hook(const Tensor& param, int64_t id) {
+  if (!param.defined() || !param.impl()->autograd) return;
+  std::erase_if(param.impl()->autograd->grad_hooks, [id](const auto& h) { return h.first == id; });
+}
+
+void queue_callback(std::function<void()> fn) {
+  AXLE_CHECK(g_callbacks != nullptr, "[queue_callback] expected to be called during backward() (from a hook), "
+             "but no backward pass is running on this thread");
+  g_callbacks->push_back(std::move(fn));
+}
+
+namespace {
+void run_graph(const Tensor& root, const Tensor& grad);
+}  // namespace
+
 void run_backward(const Tensor& root, const Tensor& grad) {
+  std::vector<std::function<void()>> callbacks;
+  auto* outer = g_callbacks;
+  g_callbacks = &callbacks;
+  try {
+    run_graph(root, grad);
+    NoGradGuard no_grad;
+    for (size_t i = 0; i < callbacks.size(); ++i) {  // a callback may queue more
+      auto fn = std::move(callbacks[i]);
+      fn();
+    }
+  } catch (...) {
+    g_callbacks = outer;
+    throw;
+  }
+  g_callbacks = outer;
+}
+
+namespace {
+void run_graph(const Tensor& root, const Tensor& grad) {
   NoGradGuard no_grad;
   Edge start = gradient_edge(root);
   if (!start.fn) return;
@@ -105,5 +163,7 @@ void run_backward(const Tensor& root, const Tensor& grad) {
     }
   }
 }
+
+}  // namespace
 
 }  // namespace axle::autograd

@@ -1,6 +1,10 @@
 // Internal layout of a tensor. Only src/ sees this.
 #pragma once
+#include <cstdint>
+#include <functional>
 #include <memory>
+#include <utility>
+#include <vector>
 
 #include "axle/tensor.h"
 
@@ -26,6 +30,8 @@ struct AutogradMeta {
   std::shared_ptr<autograd::Node> grad_fn;  ///< null for leaves
   int output_nr = 0;                        ///< which output of grad_fn this is
   std::shared_ptr<autograd::Node> accumulator;  ///< leaves: the AccumulateGrad node
+  /// Leaves: (id, hook) run after each gradient accumulation (autograd.h).
+  std::vector<std::pair<int64_t, std::function<void(const Tensor&)>>> grad_hooks;
 };
 
 struct TensorImpl {

@@ -70,6 +70,8 @@ Tensor to_device(const Tensor& cpu_tensor, Device dev);
 Tensor to_cpu(const Tensor& xla_tensor, const char* reason);
 /// Runs every pending live tensor's graph. Returns false if there was nothing to run.
 bool sync_all(const char* cause);
+/// A step boundary (counted in MarkStep) caused by `cause` ("user sync", "loader", ...).
+void mark_step(const char* cause);
 /// Eager mode: runs the pending outputs of one op at once (a cached one-op graph).
 void run_eagerly(const ops::Tensors& outs);
 /// Entries in the live-tensor registry (bounded: dead and materialised entries are pruned).

@@ -401,12 +401,13 @@ namespace axle {
 
 Device device() { return Device{DeviceType::XLA, 0}; }
 
-namespace {
+namespace lazy {
 void mark_step(const char* cause) {
-  lazy::stats().mark_step.add();
-  lazy::sync_all(cause);
+  stats().mark_step.add();
+  sync_all(cause);
 }
-}  // namespace
+}  // namespace lazy
+using lazy::mark_step;
 
 void sync() { mark_step("user sync"); }
 
