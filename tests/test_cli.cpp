@@ -112,10 +112,10 @@ TEST(Cli, BadFlags) {
   expect_usage_error(run("--epochs"), "--epochs");
 }
 
-TEST(Cli, NotAvailableYet) {
-  expect_usage_error(run("--pattern ddp"), "not available yet");
+TEST(Cli, PatternAndDeviceMismatch) {
   expect_usage_error(run("--pattern compiled --device cpu"), "use --device xla");
-  expect_usage_error(run("--devices 4"), "--devices 4 needs --pattern multiprocess");
+  expect_usage_error(run("--pattern ddp --device cpu"), "use --device xla");
+  expect_usage_error(run("--devices 4"), "--devices 4 needs --pattern multiprocess, ddp or loader");
 }
 
 TEST(Cli, MissingDataDirectory) {
@@ -266,4 +266,16 @@ TEST(Cli, MultiprocessMatchesSingleProcessOnTheConcatenatedBatch) {
   // Rank 0's loss is the mean over its half of the batch; the final parameters agree, so the
   // test accuracies do.
   EXPECT_NEAR(a.at("test_accuracy").get<double>(), b.at("test_accuracy").get<double>(), 1e-3);
+  // Patterns 3 (DDP) and 5 (MpDeviceLoader + optimizer_step) do the same arithmetic as 2.
+  for (const std::string pattern : {"ddp", "loader"}) {
+    const std::string json = d / (pattern + ".json");
+    const Result r = run("--pattern " + pattern + " --devices 2 --model mlp --max-steps 40 --batch-size 64 --json '" +
+                         json + "'");
+    ASSERT_EQ(r.status, 0) << r.err;
+    const auto c = nlohmann::json::parse(slurp(json));
+    EXPECT_EQ(c.at("pattern"), pattern);
+    EXPECT_EQ(c.at("world_size"), 2);
+    EXPECT_EQ(c.at("losses").get<std::vector<double>>(), lb) << pattern;
+    EXPECT_EQ(c.at("test_accuracy"), b.at("test_accuracy")) << pattern;
+  }
 }

@@ -101,14 +101,17 @@ double median(std::vector<double> v) {
   return 0.5 * (hi + *std::max_element(v.begin(), v.begin() + m));
 }
 
+/// The patterns that run under axle::launch, one process per device.
+bool multi_process(const Config& c) {
+  return c.pattern == "multiprocess" || c.pattern == "ddp" || c.pattern == "loader";
+}
+
 void validate(const Config& c) {
   if (c.save_every > 0 && c.save.empty()) throw UsageError("--save-every needs --save DIR");
-  if (c.pattern == "ddp" || c.pattern == "loader")
-    throw UsageError("--pattern " + c.pattern + " is not available yet (single, multiprocess, compiled and eager are)");
   if (c.device == "cpu" && c.pattern != "single")
     throw UsageError("--pattern " + c.pattern + " runs on the lazy device: use --device xla (the default)");
-  if (c.devices != 1 && c.pattern != "multiprocess")
-    throw UsageError(fmt::format("--devices {} needs --pattern multiprocess", c.devices));
+  if (c.devices != 1 && !multi_process(c))
+    throw UsageError(fmt::format("--devices {} needs --pattern multiprocess, ddp or loader", c.devices));
   if (!c.json.empty()) {
     const fs::path parent = fs::absolute(fs::path(c.json)).parent_path();
     std::error_code ec;
@@ -146,8 +149,8 @@ void write_json(const std::string& path, const nlohmann::ordered_json& j) {
   AXLE_CHECK(!ec, "[axle-train] cannot rename ", tmp, " to ", path, ": ", ec.message());
 }
 
-// One process's training run; under --pattern multiprocess each launched rank runs it on its
-// shard of the data (rank 0 prints and writes the results).
+// One process's training run; under --pattern multiprocess, ddp and loader each launched rank
+// runs it on its shard of the data (rank 0 prints and writes the results).
 int run(const Config& cfg) {
   const int world = runtime::world_size(), rank = runtime::global_ordinal();
   const bool master = rank == 0;
@@ -189,6 +192,16 @@ int run(const Config& cfg) {
   std::shared_ptr<data::Sampler> shard;
   if (world > 1) shard = std::make_shared<data::DistributedSampler>(train_set->size(), world, rank, true, cfg.seed);
   data::DataLoader loader(train_set, {.batch_size = cfg.batch_size, .shuffle = world == 1, .seed = cfg.seed}, shard);
+  // Pattern 3: DDP over the "xla" process group (parameters broadcast from rank 0 here).
+  std::shared_ptr<nn::parallel::DistributedDataParallel> ddp_model;
+  if (cfg.pattern == "ddp") {
+    dist::init_process_group("xla", "xla://");
+    ddp_model = std::make_shared<nn::parallel::DistributedDataParallel>(
+        model, nn::parallel::DistributedDataParallelOptions{.gradient_as_bucket_view = true});
+  }
+  // Pattern 5: batches arrive on the device, loaded and moved while the step runs.
+  std::unique_ptr<pl::MpDeviceLoader> mp_loader;
+  if (cfg.pattern == "loader") mp_loader = std::make_unique<pl::MpDeviceLoader>(loader, dev);
 
   // The training step of each pattern. On xla the loss is read after the step
   // boundary, so reading it never splits the step's graph.
@@ -203,13 +216,23 @@ int run(const Config& cfg) {
   auto train_step = [&](const data::Example& batch) -> Tensor {
     if (dev.is_cpu()) return step_fn(batch.data, batch.target);
     if (cfg.pattern == "compiled") return compiled_step(batch.data.to(dev), batch.target.to(dev));
-    if (cfg.pattern == "multiprocess") {  // seed Pattern 2
+    if (cfg.pattern == "multiprocess" || cfg.pattern == "loader") {  // seed Patterns 2 and 5
       auto step = axle::step();
+      // The loader pattern's batches are on the device already (to() is then a no-op).
       Tensor x = batch.data.to(dev), y = batch.target.to(dev);
       opt->zero_grad();
       Tensor loss = cross_entropy((*model)(x), y);
       loss.backward();
       xm::optimizer_step(*opt);  // all-reduce the gradients, then step
+      return loss;
+    }
+    if (cfg.pattern == "ddp") {  // seed Pattern 3
+      auto step = axle::step();
+      Tensor x = batch.data.to(dev), y = batch.target.to(dev);
+      opt->zero_grad();
+      Tensor loss = cross_entropy((*ddp_model)(x), y);
+      loss.backward();  // DDP averages the gradients as backward() finishes
+      opt->step();
       return loss;
     }
     auto step = axle::step();  // seed Pattern 1 (and 6: in eager mode each op has already run)
@@ -246,7 +269,7 @@ int run(const Config& cfg) {
                 static_cast<long long>(start_epoch + 1), static_cast<long long>(skip), static_cast<long long>(steps));
   }
   auto save = [&](int64_t epoch, int64_t batch) {
-    if (cfg.save.empty()) return;
+    if (cfg.save.empty() || !master) return;  // every rank holds the same parameters
     fs::create_directories(cfg.save);
     if (batch == per_epoch) ++epoch, batch = 0;
     save_checkpoint(checkpoint_file(cfg.save), {.model = model.get(), .optimizer = opt.get(),
@@ -264,20 +287,24 @@ int run(const Config& cfg) {
     const auto t_epoch = Clock::now();
     const size_t first = losses.size();
     int64_t done = 0;
-    auto it = loader.begin();
-    for (int64_t b = 0; b < first_batch && it != loader.end(); ++b) ++it;  // resume inside the epoch
-    for (; it != loader.end() && done < planned; ++it) {
-      const data::Example& batch = *it;
-      const auto t0 = Clock::now();
-      const Tensor loss = train_step(batch);
-      step_ms.push_back(1e3 * seconds_since(t0));
-      const double l = loss.item();
-      losses.push_back(l);
-      samples += batch.target.size(0);
-      ++steps;
-      progress.update(++done, l);
-      if (cfg.save_every > 0 && steps % cfg.save_every == 0) save(epoch, first_batch + done);
-    }
+    auto run_epoch = [&](auto& source) {
+      auto it = source.begin();
+      for (int64_t b = 0; b < first_batch && it != source.end(); ++b) ++it;  // resume inside the epoch
+      for (; it != source.end() && done < planned; ++it) {
+        const data::Example& batch = *it;
+        const auto t0 = Clock::now();
+        const Tensor loss = train_step(batch);
+        step_ms.push_back(1e3 * seconds_since(t0));
+        const double l = loss.item();
+        losses.push_back(l);
+        samples += batch.target.size(0);
+        ++steps;
+        progress.update(++done, l);
+        if (cfg.save_every > 0 && steps % cfg.save_every == 0) save(epoch, first_batch + done);
+      }
+    };
+    if (mp_loader) run_epoch(*mp_loader);
+    else run_epoch(loader);
     progress.finish();
     save(epoch, first_batch + done);
     const double es = seconds_since(t_epoch);
@@ -375,7 +402,7 @@ int main(int argc, char** argv) {
   }
   try {
     validate(cfg);
-    if (cfg.pattern != "multiprocess") return run(cfg);
+    if (!multi_process(cfg)) return run(cfg);
     int status = 0;
     axle::launch([&](int) { status = run(cfg); }, {.world_size = cfg.devices});
     return status;
