@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "axle/axle.h"
@@ -79,22 +80,36 @@ TEST(Autograd, PostAccumulateGradHookAndQueuedCallback) {
   Tensor w = full({3}, 2.0, {.requires_grad = true});
   Tensor v = full({3}, 1.0, {.requires_grad = true});
   std::vector<std::string> events;
-  const int64_t id = autograd::register_post_accumulate_grad_hook(w, [&](const Tensor& p) {
-    EXPECT_TRUE(p.is_same(w));
-    ASSERT_TRUE(p.grad().defined());  // the gradient is already accumulated
-    events.push_back("hook w " + std::to_string(p.grad().to_vector<float>()[0]));
-    autograd::queue_callback([&] {
-      // Runs after every leaf got its gradient, including v's.
-      events.push_back("callback v.grad " + std::to_string(v.grad().defined()));
-      autograd::queue_callback([&] { events.push_back("nested"); });
-    });
-  });
+  bool queued = false;
+  auto hook = [&](const std::string& name) {
+    return [&, name](const Tensor& p) {
+      ASSERT_TRUE(p.grad().defined());  // the gradient is already accumulated
+      events.push_back("hook " + name + " " + std::to_string(p.grad().to_vector<float>()[0]));
+      if (queued) return;
+      queued = true;
+      autograd::queue_callback([&] {
+        // Runs once the whole pass is done: after both hooks, whichever ran first.
+        events.push_back("callback " + std::to_string(w.grad().defined() && v.grad().defined()));
+        autograd::queue_callback([&] { events.push_back("nested"); });
+      });
+    };
+  };
+  const int64_t id = autograd::register_post_accumulate_grad_hook(w, hook("w"));
+  autograd::register_post_accumulate_grad_hook(v, hook("v"));
   (w * v * 3.0).sum().backward();
-  EXPECT_EQ(events, (std::vector<std::string>{"hook w 3.000000", "callback v.grad 1", "nested"}));
-  (w * 2.0).sum().backward();  // accumulates: hook sees 3 + 2
-  EXPECT_EQ(events[3], "hook w 5.000000");
+  ASSERT_EQ(events.size(), 4u);
+  std::vector<std::string> hooks(events.begin(), events.begin() + 2);
+  std::sort(hooks.begin(), hooks.end());
+  EXPECT_EQ(hooks, (std::vector<std::string>{"hook v 6.000000", "hook w 3.000000"}));
+  EXPECT_EQ(events[2], "callback 1");
+  EXPECT_EQ(events[3], "nested");
+  events.clear();
+  queued = false;
+  (w * 2.0).sum().backward();  // accumulates: w's hook sees 3 + 2; v gets nothing
+  EXPECT_EQ(events, (std::vector<std::string>{"hook w 5.000000", "callback 1", "nested"}));
   autograd::remove_hook(w, id);
   events.clear();
+  queued = false;
   (w * 2.0).sum().backward();
   EXPECT_TRUE(events.empty());
 }

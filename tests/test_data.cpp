@@ -720,7 +720,8 @@ TEST(MpDeviceLoader, YieldsTheLoadersBatchesInOrderOnTheDevice) {
 TEST(MpDeviceLoader, SyncsEveryBatchesPerExecution) {
   auto ds = counting_dataset(50);  // 5 batches
   DataLoader loader(ds, {.batch_size = 10});
-  for (auto [per_execution, syncs] : {std::pair{1, 5}, std::pair{2, 3}, std::pair{5, 1}}) {
+  // One sync before handing out each batches_per_execution-th batch (batch 0 included), one at the end.
+  for (auto [per_execution, syncs] : {std::pair{1, 6}, std::pair{2, 4}, std::pair{5, 2}}) {
     pl::MpDeviceLoader mp(loader, axle::device(), {.batches_per_execution = per_execution});
     const int64_t before = metrics::counter_value("MarkStep");
     Tensor acc = zeros({}, {.device = axle::device()});
@@ -760,19 +761,35 @@ TEST(MpDeviceLoader, WorkerErrorReachesTheLoop) {
   EXPECT_THROW(mp2.begin(), axle::Error);
 }
 
-TEST(MpDeviceLoader, EarlyExitBadOptionsAndParallelLoader) {
-  auto ds = std::make_shared<FlakyDataset>(1000, -1, 2);  // slow batches
-  DataLoader loader(ds, {.batch_size = 10, .num_workers = 2});
+TEST(MpDeviceLoader, PrefetchIsBoundedAndRestartBeginsTheEpochAgain) {
+  auto ds = std::make_shared<FlakyDataset>(1000, -1);
+  DataLoader loader(ds, {.batch_size = 10});
   {
-    pl::MpDeviceLoader mp(loader, axle::device());
+    pl::MpDeviceLoader mp(loader, axle::device(), {.loader_prefetch_size = 3, .device_prefetch_size = 2});
     auto it = mp.begin();
+    // Batch 0 handed out, batches 1-2 on the device (2 ahead), 3 on the host queue, and one
+    // more the loader thread holds while it waits for room: the threads stop at 7 batches.
+    constexpr int64_t kBound = 1 + 2 + 3 + 1;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (ds->calls.load() < kBound && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // give them the chance to overrun
+    EXPECT_EQ(ds->calls.load(), kBound);
     ++it;
   }  // destroyed mid-epoch: threads stop, no hang
   pl::MpDeviceLoader mp(loader, axle::device());
-  int64_t n = 0;
-  for (auto it = mp.begin(); it != mp.end() && n < 3; ++it) ++n;
-  for (auto it = mp.begin(); it != mp.end() && n < 6; ++it) ++n;  // restart mid-epoch
-  EXPECT_EQ(n, 6);
+  DataLoader plain(ds, {.batch_size = 10});
+  std::vector<int64_t> want;
+  for (const Example& b : plain) want.push_back(targets_of(b)[0]);
+  for (int round = 0; round < 2; ++round) {
+    std::vector<int64_t> got;
+    for (auto it = mp.begin(); it != mp.end() && got.size() < 3; ++it) got.push_back(it->target.cpu().to_vector<int64_t>()[0]);
+    EXPECT_EQ(got, std::vector<int64_t>(want.begin(), want.begin() + 3)) << "round " << round;
+  }
+  auto stale = mp.begin();
+  auto fresh = mp.begin();  // stops the epoch `stale` belongs to
+  EXPECT_THROW(++stale, axle::Error);
+  EXPECT_EQ(fresh->target.cpu().to_vector<int64_t>()[0], want[0]);
   EXPECT_THROW(pl::MpDeviceLoader(loader, axle::device(), {.device_prefetch_size = 0}), axle::Error);
   EXPECT_THROW(pl::MpDeviceLoader(loader, axle::device(), {.batches_per_execution = -1}), axle::Error);
 #pragma GCC diagnostic push

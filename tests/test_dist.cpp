@@ -356,7 +356,8 @@ TEST(Dist, DdpMatchesOptimizerStepAndSingleProcess) {
         expect_same_training(ddp, ref, 1e-5);
         // The same averaged gradients as optimizer_step: bit-identical parameters.
         EXPECT_EQ(ddp.params, opt_step.params);
-        // Per step: 2 gradient buckets (cap 0.003 MiB) + the loss; once: the parameter check.
+        // Per step: 2 gradient buckets (cap 0.003 MiB) + the loss (the construction-time model
+        // check and broadcasts are all_gather / broadcast calls, not counted here).
         EXPECT_EQ(metrics::counter_value("CollectiveAllReduce") - before, kSteps * 3);
       }
     }
@@ -392,14 +393,26 @@ TEST(Dist, DdpBroadcastsRank0AndBucketsGradientsAsViews) {
     }
     // The gradients are the average over ranks: equal everywhere.
     for (const Tensor& p : params) EXPECT_EQ(p.grad().to_vector<float>(), dist::broadcast(p.grad(), 1).to_vector<float>());
-    // A model that differs between ranks is a clear error on every rank.
+    // A model that differs between ranks (shapes, or which parameters are trained) is a clear
+    // error on every rank.
+    {
+      auto frozen = std::make_shared<nn::Linear>(2, 2);
+      if (rank == 1) frozen->bias.set_requires_grad(false);
+      try {
+        nn::parallel::DistributedDataParallel bad(frozen);
+        ADD_FAILURE() << "expected an error";
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("rank 0 has 'bias:float32[2] requires_grad' where rank 1 has 'bias:float32[2]'"),
+                  std::string::npos) << e.what();
+      }
+    }
     auto other = std::make_shared<nn::Linear>(20, rank == 0 ? 4 : 5);
     try {
       nn::parallel::DistributedDataParallel bad(other);
       ADD_FAILURE() << "expected an error";
     } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("every rank must wrap the same model: rank 0 has 'weight:float32[4, 20]' "
-                                           "where rank 1 has 'weight:float32[5, 20]'"),
+      EXPECT_NE(std::string(e.what()).find("every rank must wrap the same model: rank 0 has 'weight:float32[4, 20] "
+                                           "requires_grad' where rank 1 has 'weight:float32[5, 20] requires_grad'"),
                 std::string::npos)
           << e.what();
     }
@@ -420,6 +433,47 @@ TEST(Dist, DdpNoSyncAccumulatesThenAverages) {
     EXPECT_EQ(lin->weight.grad().to_vector<float>(), std::vector<float>(6, 16.5f));
     EXPECT_EQ(lin->bias.grad().to_vector<float>(), std::vector<float>(2, 2.0f));
   });
+}
+
+// Three heads: a always takes part in the output, b only where use_b, c never.
+struct Heads : nn::Module {
+  std::shared_ptr<nn::Linear> a, b, c;
+  bool use_b = false;
+  Heads() {
+    a = register_module("a", std::make_shared<nn::Linear>(3, 1));
+    b = register_module("b", std::make_shared<nn::Linear>(3, 1));
+    c = register_module("c", std::make_shared<nn::Linear>(3, 1));
+  }
+  Tensor forward(const Tensor& x) override { return use_b ? (*a)(x) + (*b)(x) : (*a)(x); }
+};
+
+TEST(Dist, DdpUnusedParameters) {
+  run_ranks(2, [](int rank) {
+    auto heads = std::make_shared<Heads>();
+    heads->use_b = rank == 1;
+    const Tensor x = full({1, 3}, 1.0);
+    {
+      nn::parallel::DistributedDataParallel strict(heads);
+      try {
+        strict(x).sum().backward();
+        ADD_FAILURE() << "expected an error";
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("parameter 'c.bias' got no gradient in this backward pass"),
+                  std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("find_unused_parameters = true"), std::string::npos) << e.what();
+      }
+    }
+    heads->zero_grad();
+    nn::parallel::DistributedDataParallel ddp(heads, {.find_unused_parameters = true});
+    ddp(x).sum().backward();
+    EXPECT_EQ(heads->a->weight.grad().to_vector<float>(), std::vector<float>(3, 1.0f));  // used on both ranks
+    EXPECT_EQ(heads->b->weight.grad().to_vector<float>(), std::vector<float>(3, 0.5f));  // rank 1 only: (0 + 1) / 2
+    EXPECT_FALSE(heads->c->weight.grad().defined());  // used by no rank: left undefined
+    // A backward through the unwrapped module arms nothing: it stays local.
+    heads->zero_grad();
+    (*heads->a)(full({1, 3}, double(rank + 1))).sum().backward();
+    EXPECT_EQ(heads->a->weight.grad().to_vector<float>(), std::vector<float>(3, float(rank + 1)));
+  }, 30);
 }
 
 TEST(Dist, DdpBroadcastsBuffersEachTrainingForward) {

@@ -191,6 +191,7 @@ MpDeviceLoader::Iterator MpDeviceLoader::begin() {
   it.state_ = state_;
   it.index_ = 0;
   it.per_execution_ = opts_.batches_per_execution;
+  lazy::mark_step("loader");  // work traced before the loop is not part of the first step
   it.fetch();
   return it;
 }
@@ -202,11 +203,13 @@ void MpDeviceLoader::Iterator::fetch() {
 
 MpDeviceLoader::Iterator& MpDeviceLoader::Iterator::operator++() {
   AXLE_CHECK(state_, "[MpDeviceLoader] ++ on an iterator at the end of the epoch");
-  ++index_;
-  // The loop has traced index_ batches since begin(): cut the step every batches_per_execution.
-  if (index_ % per_execution_ == 0) lazy::mark_step("loader");
+  const int64_t next = index_ + 1;
+  // Cut the step before handing out every batches_per_execution-th batch. If the sync throws,
+  // the iterator stays on its batch.
+  if (next % per_execution_ == 0) lazy::mark_step("loader");
+  index_ = next;
   fetch();
-  if (!state_ && index_ % per_execution_ != 0) lazy::mark_step("loader");  // the epoch's last batches
+  if (!state_ && next % per_execution_ != 0) lazy::mark_step("loader");  // the epoch's last batches
   return *this;
 }
 

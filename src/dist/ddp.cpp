@@ -1,8 +1,8 @@
-// DistributedDataParallel (include/axle/nn/parallel.h): a post-accumulate-grad hook on
-// every parameter queues one callback per backward pass; the callback averages the
-// gradients over ranks, one variadic all_reduce per bucket. The AllReduce op's outputs
-// are views of its flat buffer, so with gradient_as_bucket_view the gradients are the
-// bucket itself.
+// DistributedDataParallel (include/axle/nn/parallel.h). forward() arms the reducer; a
+// post-accumulate-grad hook on every parameter notes which got a gradient and, in an armed
+// pass, queues one callback for when backward() finishes; the callback averages the
+// gradients over ranks, one variadic all_reduce per bucket. The AllReduce op's outputs are
+// views of its flat buffer, so with gradient_as_bucket_view the gradients are the bucket.
 #include <map>
 
 #include "axle/autograd.h"
@@ -19,20 +19,45 @@ struct DistributedDataParallel::Reducer {
   struct Bucket {
     std::vector<Tensor> params;
     std::vector<std::string> names;
+    std::vector<char> used;  ///< per parameter: got a gradient in the current pass
   };
   std::vector<Bucket> buckets;
   std::vector<std::pair<Tensor, int64_t>> hooks;  ///< (parameter, hook id)
   bool as_view = false;
+  bool find_unused = false;
   bool sync_enabled = true;
+  bool armed = false;   ///< a forward with gradients ran outside no_sync()
   bool queued = false;  ///< a reduction is queued for the backward pass now running
 
   void reduce() {
-    for (Bucket& b : buckets) {
+    armed = false;
+    std::vector<Tensor> used_any;  // find_unused: per bucket, 1 where some rank used the parameter
+    if (find_unused) {
+      std::vector<Tensor> masks;
+      for (Bucket& b : buckets) {
+        std::vector<float> m(b.used.begin(), b.used.end());
+        masks.push_back(from_vector(m, {int64_t(m.size())}));
+      }
+      used_any = dist::all_reduce(masks, dist::ReduceOp::Max);
+    }
+    for (size_t bi = 0; bi < buckets.size(); ++bi) {
+      Bucket& b = buckets[bi];
       std::vector<Tensor> grads;
       grads.reserve(b.params.size());
-      for (const Tensor& p : b.params) grads.push_back(p.grad().defined() ? p.grad() : zeros_like(p));
+      for (size_t i = 0; i < b.params.size(); ++i) {
+        const Tensor& p = b.params[i];
+        if (!b.used[i] && !find_unused)
+          AXLE_FAIL("[DistributedDataParallel] parameter '", b.names[i], "' got no gradient in this backward pass; "
+                    "every parameter must take part in the loss, or construct with find_unused_parameters = true");
+        grads.push_back(b.used[i] && p.grad().defined() ? p.grad() : zeros_like(p));
+      }
       std::vector<Tensor> avg = dist::all_reduce(grads, dist::ReduceOp::Mean);
-      for (size_t i = 0; i < b.params.size(); ++i) b.params[i].set_grad(as_view ? avg[i] : avg[i].clone());
+      const std::vector<float> any = find_unused ? used_any[bi].to_vector<float>() : std::vector<float>();
+      for (size_t i = 0; i < b.params.size(); ++i) {
+        if (find_unused && any[i] == 0) continue;  // no rank used it: its gradient stays as it was
+        b.params[i].set_grad(as_view ? avg[i] : avg[i].clone());
+      }
+      std::fill(b.used.begin(), b.used.end(), 0);
     }
   }
 };
@@ -52,7 +77,8 @@ struct QueuedToken {
 
 std::string signature(const std::vector<std::pair<std::string, Tensor>>& named) {
   std::string s;
-  for (const auto& [name, t] : named) s += name + ":" + dtype_name(t.dtype()) + shape_str(t.shape()) + ";";
+  for (const auto& [name, t] : named)
+    s += name + ":" + dtype_name(t.dtype()) + shape_str(t.shape()) + (t.requires_grad() ? " requires_grad" : "") + ";";
   return s;
 }
 
@@ -84,6 +110,7 @@ DistributedDataParallel::DistributedDataParallel(ModulePtr module, DistributedDa
   register_module("module", module_);
   training_ = module_->is_training();
   reducer_->as_view = opts_.gradient_as_bucket_view;
+  reducer_->find_unused = opts_.find_unused_parameters;
 
   // Buckets: reverse registration order (roughly the order backward produces gradients),
   // one (dtype, device) per bucket, at most bucket_cap_mb unless a single parameter is larger.
@@ -104,6 +131,7 @@ DistributedDataParallel::DistributedDataParallel(ModulePtr module, DistributedDa
     Reducer::Bucket& b = reducer_->buckets[slot->second];
     b.params.push_back(p);
     b.names.push_back(it->first);
+    b.used.push_back(0);
     filled[slot->second] += bytes;
   }
 
@@ -121,17 +149,20 @@ DistributedDataParallel::DistributedDataParallel(ModulePtr module, DistributedDa
     if (on_xla) axle::sync();  // run the broadcasts now, not inside the first training step's graph
   }
   std::weak_ptr<Reducer> weak = reducer_;
-  for (Reducer::Bucket& b : reducer_->buckets) {
-    for (const Tensor& p : b.params) {
-      const int64_t id = autograd::register_post_accumulate_grad_hook(p, [weak](const Tensor&) {
+  for (size_t bi = 0; bi < reducer_->buckets.size(); ++bi) {
+    for (size_t i = 0; i < reducer_->buckets[bi].params.size(); ++i) {
+      const Tensor& p = reducer_->buckets[bi].params[i];
+      const int64_t id = autograd::register_post_accumulate_grad_hook(p, [weak, bi, i](const Tensor&) {
         auto r = weak.lock();
-        if (!r || !r->sync_enabled || r->queued) return;
-        r->queued = true;
+        if (!r) return;
+        r->buckets[bi].used[i] = 1;
+        if (!r->armed || r->queued) return;
         auto token = std::make_shared<QueuedToken>();  // built in place: a temporary's destructor would clear the flag
         token->r = weak;
         autograd::queue_callback([weak, token] {
           if (auto rr = weak.lock()) rr->reduce();
         });
+        r->queued = true;
       });
       reducer_->hooks.emplace_back(p, id);
     }
@@ -143,9 +174,13 @@ DistributedDataParallel::~DistributedDataParallel() {
 }
 
 Tensor DistributedDataParallel::forward(const Tensor& x) {
-  if (is_training() && opts_.broadcast_buffers && runtime::world_size() > 1) {
-    NoGradGuard no_grad;
-    for (const Tensor& b : module_->buffers()) b.set_data(dist::broadcast(b, 0));
+  if (runtime::world_size() > 1) {
+    if (is_training() && opts_.broadcast_buffers) {
+      NoGradGuard no_grad;
+      for (const Tensor& b : module_->buffers()) b.set_data(dist::broadcast(b, 0));
+    }
+    // The backward through this forward averages gradients (unless in no_sync()).
+    if (grad_enabled() && reducer_->sync_enabled) reducer_->armed = true;
   }
   return (*module_)(x);
 }
@@ -156,9 +191,10 @@ std::vector<std::vector<std::string>> DistributedDataParallel::bucket_names() co
   return out;
 }
 
-DistributedDataParallel::NoSyncGuard::NoSyncGuard(DistributedDataParallel& d) : ddp_(d), prev_(d.reducer_->sync_enabled) {
-  d.reducer_->sync_enabled = false;
+DistributedDataParallel::NoSyncGuard::NoSyncGuard(std::shared_ptr<Reducer> r)
+    : reducer_(std::move(r)), prev_(reducer_->sync_enabled) {
+  reducer_->sync_enabled = false;
 }
-DistributedDataParallel::NoSyncGuard::~NoSyncGuard() { ddp_.reducer_->sync_enabled = prev_; }
+DistributedDataParallel::NoSyncGuard::~NoSyncGuard() { reducer_->sync_enabled = prev_; }
 
 }  // namespace axle::nn::parallel

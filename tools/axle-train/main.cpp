@@ -290,7 +290,8 @@ int run(const Config& cfg) {
     auto run_epoch = [&](auto& source) {
       auto it = source.begin();
       for (int64_t b = 0; b < first_batch && it != source.end(); ++b) ++it;  // resume inside the epoch
-      for (; it != source.end() && done < planned; ++it) {
+      if (done >= planned) return;
+      for (; it != source.end(); ++it) {
         const data::Example& batch = *it;
         const auto t0 = Clock::now();
         const Tensor loss = train_step(batch);
@@ -301,6 +302,7 @@ int run(const Config& cfg) {
         ++steps;
         progress.update(++done, l);
         if (cfg.save_every > 0 && steps % cfg.save_every == 0) save(epoch, first_batch + done);
+        if (done == planned) break;  // not ++it: that would fetch (and the loader pattern sync) one batch more
       }
     };
     if (mp_loader) run_epoch(*mp_loader);

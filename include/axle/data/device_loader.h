@@ -11,9 +11,10 @@
 //
 // A background thread pulls batches from the loader (up to loader_prefetch_size ahead)
 // and transfer threads move them to the device (up to device_prefetch_size ahead of the
-// loop). Batches come in the loader's order. Handing out a batch first syncs the device
-// every batches_per_execution batches (the step boundary torch_xla's loader marks), and
-// the end of the epoch syncs too. An exception raised while loading or moving a batch is
+// loop). Batches come in the loader's order. Handing out batch i first syncs the device
+// when i is a multiple of batches_per_execution (the step boundary torch_xla's loader
+// marks, counted in MarkStep with cause "loader"), and the end of the epoch syncs too: an
+// epoch of n batches adds ceil(n / batches_per_execution) + 1 to MarkStep. An exception raised while loading or moving a batch is
 // rethrown in the loop when that batch is reached (by begin() or ++); iteration may
 // continue past it, as with DataLoader. The loader must outlive the MpDeviceLoader and
 // must not be iterated elsewhere meanwhile.
@@ -60,6 +61,7 @@ class MpDeviceLoader {
     reference operator*() const { return current_; }
     pointer operator->() const { return &current_; }
     /// Syncs (every batches_per_execution batches), then waits for the next batch.
+    /// If the sync or the batch throws, the exception propagates; ++ moves past a failed batch.
     Iterator& operator++();
     int64_t index() const { return index_; }
     friend bool operator==(const Iterator& a, const Iterator& b) {

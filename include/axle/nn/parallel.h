@@ -1,6 +1,6 @@
 // DistributedDataParallel: data-parallel training of one model replica per process.
 //
-//   axle::launch([](int) {
+//   axle::launch([&](int) {                               // model, loader: built in this process
 //     axle::dist::init_process_group("xla", "xla://");     // rank and world size from the runtime
 //     model->to(axle::device());
 //     axle::nn::parallel::DistributedDataParallel ddp_model(model, {.gradient_as_bucket_view = true});
@@ -14,11 +14,16 @@
 //   });
 //
 // At construction rank 0's parameters and buffers are copied to every rank (and every
-// rank's parameter names and shapes are checked to agree). When backward() finishes, the
-// gradients are averaged over ranks: one all-reduce per bucket (parameters in reverse
-// registration order, grouped by dtype and device, up to bucket_cap_mb each). On the xla
-// device these all-reduces are ops of the step's graph. A parameter that got no gradient
-// on a rank contributes zeros, so every rank issues the same collectives.
+// rank's parameter names, shapes, dtypes and requires_grad flags are checked to agree).
+// A forward() with gradients enabled (outside no_sync()) arms the reduction: when the
+// backward() through it finishes, the gradients are averaged over ranks, one all-reduce
+// per bucket (parameters in reverse registration order, grouped by dtype and device, up
+// to bucket_cap_mb each). On the xla device these all-reduces are ops of the step's
+// graph. Every rank must run the same forward/backward sequence: a rank whose backward
+// reaches none of the parameters leaves the others waiting until the collective timeout.
+// By default every parameter must get a gradient in every armed backward (an unused one
+// is an error naming it); with find_unused_parameters, unused ones count as zeros on that
+// rank, and a parameter no rank used keeps an undefined gradient (optimizers skip it).
 #pragma once
 #include <memory>
 #include <string>
@@ -36,6 +41,9 @@ struct DistributedDataParallelOptions {
   /// In training mode, each forward() first copies rank 0's buffers (e.g. BatchNorm
   /// running statistics) to every rank.
   bool broadcast_buffers = true;
+  /// Allow parameters without a gradient in a backward pass (one more small all-reduce
+  /// per pass finds which parameters any rank used).
+  bool find_unused_parameters = false;
 };
 
 class DistributedDataParallel : public Module {
@@ -49,12 +57,15 @@ class DistributedDataParallel : public Module {
   const ModulePtr& module() const { return module_; }
   const DistributedDataParallelOptions& options() const { return opts_; }
 
+  struct Reducer;  // implementation (src/dist/ddp.cpp)
+
   /// Parameter names in each bucket, in all-reduce order.
   std::vector<std::vector<std::string>> bucket_names() const;
 
-  /// While alive, backward() only accumulates gradients locally; the first backward()
-  /// after it ends averages the accumulated gradients (gradient accumulation):
-  ///   { auto guard = ddp_model.no_sync(); loss1.backward(); }  loss2.backward();
+  /// Forwards run while it is alive do not arm the reduction: their backward() only
+  /// accumulates gradients locally, and the first armed backward() after it averages the
+  /// accumulated gradients (gradient accumulation, as PyTorch's no_sync()):
+  ///   { auto guard = ddp_model.no_sync(); ddp_model(x1)...backward(); }  ddp_model(x2)...backward();
   class NoSyncGuard {
    public:
     ~NoSyncGuard();
@@ -63,13 +74,11 @@ class DistributedDataParallel : public Module {
 
    private:
     friend class DistributedDataParallel;
-    explicit NoSyncGuard(DistributedDataParallel& d);
-    DistributedDataParallel& ddp_;
+    explicit NoSyncGuard(std::shared_ptr<Reducer> r);
+    std::shared_ptr<Reducer> reducer_;
     bool prev_;
   };
-  [[nodiscard]] NoSyncGuard no_sync() { return NoSyncGuard(*this); }
-
-  struct Reducer;  // implementation (src/dist/ddp.cpp)
+  [[nodiscard]] NoSyncGuard no_sync() { return NoSyncGuard(reducer_); }
 
  private:
   ModulePtr module_;
