@@ -3,8 +3,9 @@
 //
 //   build/bin/axle-collectives            # table on stdout, from rank 0
 //
-// raw gloo: gloo::allreduce (sum) on a float buffer, its own context over a FileStore.
-// axle cpu: dist::all_reduce(x) on a cpu tensor (copy into the op's flat buffer + Gloo).
+// raw gloo: gloo::allreduce (sum) on a float buffer, its own context over a FileStore (TCP).
+// axle cpu: dist::all_reduce(x) on a cpu tensor: a copy into the op's flat buffer, then the
+//           group's all-reduce (shared memory between launch()ed ranks; AXLE_SHM=0: Gloo).
 // axle xla: y = dist::all_reduce(x) on the lazy device, then sync(): a cached one-op graph.
 // Bandwidth is the algorithmic one: buffer bytes / median time.
 #include <omp.h>

@@ -140,6 +140,54 @@ TEST(Dist, CollectivesOnCpuTensors2And3Ranks) {
   }
 }
 
+// Ranks of one launch() share a host: all-reduce goes through shared memory, in 4 MiB
+// chunks alternating between two slot areas. Sizes that span several chunks and do not
+// divide by the world size, every dtype and reduce op, against exact results.
+void check_large_all_reduce(int rank, int world, DType t, int64_t n, int64_t period) {
+  SCOPED_TRACE(std::string(dtype_name(t)) + " n=" + std::to_string(n));
+  std::vector<int64_t> mine(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) mine[size_t(i)] = (rank + 1) * (i % period);
+  const Tensor x = from_vector(mine, {n}).to(t);
+  const int64_t tri = world * (world + 1) / 2;
+  for (auto op : {dist::ReduceOp::Sum, dist::ReduceOp::Min, dist::ReduceOp::Max}) {
+    const Tensor r = dist::all_reduce(x, op);
+    ASSERT_EQ(r.dtype(), t);
+    const std::vector<int64_t> got = r.to_vector<int64_t>();
+    const int64_t k = op == dist::ReduceOp::Sum ? tri : op == dist::ReduceOp::Min ? 1 : world;
+    int64_t bad = 0;
+    for (int64_t i = 0; i < n; ++i) bad += got[size_t(i)] != k * (i % period);
+    EXPECT_EQ(bad, 0) << "reduce op " << int(op);
+  }
+}
+
+TEST(Dist, SharedMemoryAllReduceAcrossChunks) {
+  for (int world : {2, 3}) {
+    run_ranks(world, [world](int rank) {
+      const int64_t before = metrics::counter_value("CollectiveAllReduceShm");
+      check_large_all_reduce(rank, world, kFloat32, 2 * (int64_t(1) << 20) + 7, 1000);  // 3 chunks, last one tiny
+      check_large_all_reduce(rank, world, kInt64, (int64_t(1) << 19) + 1, 100000);
+      check_large_all_reduce(rank, world, kInt32, 5, 7);
+      check_large_all_reduce(rank, world, kUInt8, 3000001, 40);  // 6 * 39 < 256: no wrap
+      Tensor m = dist::all_reduce(full({4097}, double(rank + 1)), dist::ReduceOp::Mean);
+      for (float v : m.to_vector<float>()) ASSERT_FLOAT_EQ(v, float(world + 1) / 2.0f);
+      EXPECT_EQ(metrics::counter_value("CollectiveAllReduceShm") - before, 3 * 4 + 1);
+    });
+  }
+  // No shared-memory segment outlives its job.
+  for (const auto& e : fs::directory_iterator("/dev/shm"))
+    EXPECT_EQ(e.path().filename().string().rfind("axle-", 0), std::string::npos) << e.path();
+}
+
+TEST(Dist, GlooTcpPathWhenSharedMemoryIsOff) {
+  ::setenv("AXLE_SHM", "0", 1);
+  run_ranks(2, [](int rank) {
+    check_large_all_reduce(rank, 2, kFloat32, 300001, 1000);
+    EXPECT_EQ(metrics::counter_value("CollectiveAllReduceShm"), 0);
+    EXPECT_GT(metrics::counter_value("CollectiveAllReduce"), 0);
+  });
+  ::unsetenv("AXLE_SHM");
+}
+
 TEST(Dist, WorldSizeFromEnvironmentAndDeprecatedSpawn) {
   ::setenv("CPU_NUM_DEVICES", "3", 1);
   run_ranks(0, [](int rank) {

@@ -11,6 +11,7 @@
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -28,6 +29,7 @@
 
 #include "axle/metrics.h"
 #include "dist/dist_internal.h"
+#include "dist/shm_allreduce.h"
 
 extern char** environ;
 
@@ -226,6 +228,7 @@ class Job {
     if (!dir_.empty()) {
       std::error_code ec;
       fs::remove_all(dir_, ec);
+      ::shm_unlink(dist::detail::ShmAllReduce::name_for(dir_).c_str());  // if a child died before rank 0 unlinked it
     }
   }
 

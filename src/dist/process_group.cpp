@@ -3,10 +3,12 @@
 // One host (children of axle::launch): rendezvous through a gloo FileStore in the
 // job's private directory. External launchers: AXLE_RENDEZVOUS_DIR (a fresh shared
 // directory) or MASTER_ADDR:MASTER_PORT through axle's TCP store (tcp_store.cpp).
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -25,6 +27,7 @@
 
 #include "axle/metrics.h"
 #include "dist/dist_internal.h"
+#include "dist/shm_allreduce.h"
 #include "dist/tcp_store.h"
 
 namespace axle::dist {
@@ -121,7 +124,10 @@ const char* reduce_name(ReduceOp op) {
 // ---- Gloo ----
 class GlooGroup final : public ProcessGroup {
  public:
-  GlooGroup(int64_t id, int rank, int size, gloo::rendezvous::Store& store, const std::string& host, double timeout_s)
+  /// `shm_name`: the ranks share this host (launch() children): all-reduce through a
+  /// shared-memory segment of that name instead of TCP (AXLE_SHM=0 keeps Gloo's TCP path).
+  GlooGroup(int64_t id, int rank, int size, gloo::rendezvous::Store& store, const std::string& host, double timeout_s,
+            const std::string& shm_name = "")
       : id_(id), timeout_s_(timeout_s) {
     gloo::transport::tcp::attr attr;
     attr.hostname = host;
@@ -136,6 +142,8 @@ class GlooGroup final : public ProcessGroup {
       AXLE_FAIL("[dist] rendezvous of ", size, " ranks failed on rank ", rank, " (timeout ", timeout_s_,
                 " s): not every rank arrived, or a rank failed before it; gloo: ", e.what());
     }
+    const char* use_shm = std::getenv("AXLE_SHM");
+    if (!shm_name.empty() && !(use_shm && std::string(use_shm) == "0")) setup_shm(shm_name);
   }
   ~GlooGroup() override {
     try {
@@ -159,6 +167,12 @@ class GlooGroup final : public ProcessGroup {
     std::lock_guard<std::mutex> g(mu_);
     static metrics::Counter& calls = metrics::counter("CollectiveAllReduce");
     calls.add();
+    if (shm_) {
+      static metrics::Counter& shm_calls = metrics::counter("CollectiveAllReduceShm");
+      shm_calls.add();
+      shm_->all_reduce(buf, n, t, op, timeout_s_);
+      return;
+    }
     run("all_reduce", [&] {
       dispatch_type(t, "all_reduce", [&](auto zero) {
         using T = decltype(zero);
@@ -235,6 +249,48 @@ class GlooGroup final : public ProcessGroup {
   }
 
  private:
+  // Every rank runs the same sequence whatever fails locally; the ranks then agree (a min
+  // all-reduce over Gloo) whether every one of them mapped the segment.
+  void setup_shm(const std::string& name) {
+    const int rank = ctx_->rank, size = ctx_->size;
+    std::string why;
+    auto attempt = [&](bool create) {
+      try {
+        shm_ = detail::ShmAllReduce::open(name, rank, size, create);
+      } catch (const Error& e) {
+        why = e.what();
+      }
+    };
+    if (rank == 0) attempt(true);
+    barrier_locked();
+    if (rank != 0) attempt(false);
+    int32_t ok = shm_ ? 1 : 0;
+    run("all_reduce", [&] {
+      gloo::AllreduceOptions o(ctx_);
+      o.setOutput(&ok, 1);
+      o.setTag(next_tag());
+      o.setTimeout(ms());
+      void (*fn)(void*, const void*, const void*, size_t) = &gloo::min<int32_t>;
+      o.setReduceFunction(fn);
+      gloo::allreduce(o);
+    });
+    if (rank == 0) ::shm_unlink(name.c_str());  // mapped everywhere (or given up): drop the name
+    if (!ok) {
+      shm_.reset();
+      if (!why.empty())
+        std::fprintf(stderr, "[dist] rank %d: shared-memory all-reduce unavailable, using Gloo's TCP path: %s\n", rank,
+                     why.c_str());
+    }
+  }
+  void barrier_locked() {
+    run("barrier", [&] {
+      gloo::BarrierOptions o(ctx_);
+      o.setTag(next_tag());
+      o.setTimeout(ms());
+      gloo::barrier(o);
+    });
+  }
+
   std::chrono::milliseconds ms() const { return std::chrono::milliseconds(int64_t(std::ceil(timeout_s_ * 1000))); }
   uint32_t next_tag() { return tag_++; }
   template <class F>
@@ -258,6 +314,7 @@ class GlooGroup final : public ProcessGroup {
   double timeout_s_;
   std::shared_ptr<gloo::transport::Device> device_;
   std::shared_ptr<gloo::Context> ctx_;
+  std::unique_ptr<detail::ShmAllReduce> shm_;
   std::mutex mu_;
   uint32_t tag_ = 1;
 };
@@ -290,8 +347,9 @@ std::shared_ptr<ProcessGroup> make_default_group(Registry& r) {
     g->set_timeout(timeout);
     return g;
   }
-  std::string host = "127.0.0.1";
+  std::string host = "127.0.0.1", shm_name;
   if (j.child) {
+    shm_name = detail::ShmAllReduce::name_for(j.dir);
     AXLE_CHECK(!j.dir.empty(), "[dist] launched child without a rendezvous directory (", detail::kEnvDir, ")");
     r.store = std::make_unique<gloo::rendezvous::FileStore>(j.dir + "/store");
   } else if (const char* d = std::getenv("AXLE_RENDEZVOUS_DIR"); d && *d) {
@@ -307,7 +365,7 @@ std::shared_ptr<ProcessGroup> make_default_group(Registry& r) {
     host = local_host();
   }
   r.prefix = std::make_unique<gloo::rendezvous::PrefixStore>("default", *r.store);
-  return std::make_shared<GlooGroup>(0, j.rank, j.world, *r.prefix, host, timeout);
+  return std::make_shared<GlooGroup>(0, j.rank, j.world, *r.prefix, host, timeout, shm_name);
 }
 
 }  // namespace
