@@ -173,6 +173,32 @@ void BM_MaxPoolBackward(benchmark::State& st) {
 BENCHMARK(BM_MaxPoolBackward)->Name("max_pool2d_bwd")->ArgNames({"layer", "nhwc"})->ArgsProduct({{0, 1}, {0, 1}})
     ->Unit(benchmark::kMicrosecond);
 
+// ---- the cnn's first layer backward behind its pooling (1->32 at 28x28, channels-last, 2x2 pool):
+// 0 = max_pool2d_backward, relu_backward, conv2d_backward_weight (eager); 1 = max_pool2d_backward
+// with the relu backward fused by the compiler (ints[6] = 1), then conv2d_backward_weight.
+void BM_Layer1WeightGrad(benchmark::State& st) {
+  NoGradGuard ng;
+  Tensor x = randn({128, 1, 28, 28});
+  Tensor c = relu(permute(randn({128, 28, 28, 32}), {0, 3, 1, 2}));  // the relu'd conv output, channels-last
+  const ops::Attrs a6{.ints = {2, 2, 2, 2, 0, 0}, .floats = {}}, a7{.ints = {2, 2, 2, 2, 0, 0, 1}, .floats = {}};
+  const ops::Attrs cw{.ints = {1, 1, 1, 1, 1, 1, 1, 32, 1, 3, 3, 1}, .floats = {}};
+  ops::Tensors yw = ops::call(ops::OpKind::MaxPool2d, {c}, a6);
+  Tensor g = yw[0] * 1.0;
+  for (auto _ : st) {
+    if (st.range(0) == 0) {
+      Tensor pooled = ops::call1(ops::OpKind::MaxPool2dBackward, {g, c, yw[1]}, a6);
+      Tensor gx = ops::call1(ops::OpKind::ReluBackward, {pooled, c});
+      benchmark::DoNotOptimize(ops::call(ops::OpKind::Conv2dBackwardWeight, {gx, x}, cw));
+    } else {
+      Tensor gx = ops::call1(ops::OpKind::MaxPool2dBackward, {g, c, yw[1], yw[0]}, a7);
+      benchmark::DoNotOptimize(ops::call(ops::OpKind::Conv2dBackwardWeight, {gx, x}, cw));
+    }
+  }
+  st.SetLabel(st.range(0) == 0 ? "unfused" : "relu mask in pooling");
+}
+BENCHMARK(BM_Layer1WeightGrad)->Name("cnn_layer1_weight_grad")->ArgName("fusion")->DenseRange(0, 1)
+    ->Unit(benchmark::kMillisecond);
+
 // ---- elementwise: relu(a * b + c) on 1M floats (three ops today; one loop once fused)
 void BM_ElementwiseChain(benchmark::State& st) {
   NoGradGuard ng;

@@ -166,3 +166,155 @@ TEST(Passes, ConvReluEpilogueIsFused) {
   Tensor want = relu(conv2d(x.cpu(), w.cpu(), b.cpu(), {.padding = {1, 1}}));
   EXPECT_EQ(y.cpu().to_vector<float>(), want.to_vector<float>());
 }
+
+TEST(Passes, LinearReluEpilogueIsFused) {
+  manual_seed(3);
+  Tensor x = randn({5, 7}).to(device()), w = randn({6, 7}).to(device()), b = randn({6}).to(device());
+  Tensor h = linear(x, w, b);
+  Tensor y = relu(h);
+  Tensor z = relu(linear(y, w.t(), {}));  // without a bias too
+  Program prog = trace({y, z});
+  const int before = prog.op_count();
+  PassPipeline pp;
+  pp.add(make_epilogue_fusion_pass());
+  pp.run(prog);
+  EXPECT_EQ(count_op(prog, ops::OpKind::Relu), 0) << prog.text();
+  EXPECT_EQ(count_op(prog, ops::OpKind::Linear), 2) << prog.text();
+  EXPECT_EQ(prog.op_count(), before - 2);
+  Tensor ye = relu(linear(x.cpu(), w.cpu(), b.cpu()));
+  Tensor ze = relu(linear(ye, w.cpu().t(), {}));
+  EXPECT_EQ(y.cpu().to_vector<float>(), ye.to_vector<float>());
+  EXPECT_EQ(z.cpu().to_vector<float>(), ze.to_vector<float>());
+}
+
+TEST(Passes, LinearReluNotFusedWhenPreActivationIsUsed) {
+  manual_seed(4);
+  Tensor x = randn({3, 4}).to(device()), w = randn({2, 4}).to(device());
+  Tensor h = linear(x, w, {});
+  Tensor y = add(relu(h), h);  // h is needed as it is
+  Program prog = trace({y});
+  PassPipeline pp;
+  pp.add(make_epilogue_fusion_pass());
+  pp.run(prog);
+  EXPECT_EQ(count_op(prog, ops::OpKind::Relu), 1) << prog.text();
+  Tensor he = linear(x.cpu(), w.cpu(), {});
+  EXPECT_EQ(y.cpu().to_vector<float>(), add(relu(he), he).to_vector<float>());
+}
+
+namespace {
+// relu -> max_pool2d, backward: the pooling gradient's relu backward is fused into
+// max_pool2d_backward. `conv`: the relu input comes from a (channels-last) convolution.
+struct PoolReluCase {
+  bool conv;
+  Pool2dOptions pool;
+};
+Tensor pool_relu_grad(const Tensor& x, const Tensor& w, const Tensor& gout, const PoolReluCase& c) {
+  Tensor h = c.conv ? conv2d(x, w, {}, {.padding = {1, 1}}) : mul(x, 1.5);
+  Tensor p = max_pool2d(relu(h), c.pool);
+  sum(mul(p, gout)).backward();
+  return c.conv ? w.grad() : x.grad();
+}
+void check_pool_relu_fusion(const PoolReluCase& c) {
+  manual_seed(5);
+  Tensor xe = randn({2, 4, 8, 8}), we = randn({4, 4, 3, 3});
+  const Shape ps = max_pool2d(xe, c.pool).shape();
+  Tensor ge = randn(ps);
+  Tensor x = xe.to(device()), w = we.to(device()), g = ge.to(device());
+  (c.conv ? w : x).set_requires_grad(true);
+  (c.conv ? we : xe).set_requires_grad(true);
+  Tensor got = pool_relu_grad(x, w, g, c);
+  Program prog = trace({got});
+  EXPECT_EQ(count_op(prog, ops::OpKind::ReluBackward), 1) << prog.text();
+  PassPipeline::standard().run(prog);
+  prog.verify();
+  EXPECT_EQ(count_op(prog, ops::OpKind::ReluBackward), 0) << prog.text();
+  EXPECT_EQ(count_op(prog, ops::OpKind::MaxPool2dBackward), 1) << prog.text();
+  Tensor want = pool_relu_grad(xe, we, ge, c);
+  EXPECT_EQ(got.cpu().to_vector<float>(), want.to_vector<float>());  // the same values exactly
+}
+}  // namespace
+
+TEST(Passes, PoolReluBackwardIsFused2x2Nchw) { check_pool_relu_fusion({false, {}}); }
+TEST(Passes, PoolReluBackwardIsFused2x2ChannelsLast) { check_pool_relu_fusion({true, {}}); }
+TEST(Passes, PoolReluBackwardIsFusedOverlappingNchw) {
+  check_pool_relu_fusion({false, {.kernel = {3, 3}, .stride = {1, 1}, .padding = {1, 1}}});
+}
+TEST(Passes, PoolReluBackwardIsFusedOneDnnChannelsLast) {
+  check_pool_relu_fusion({true, {.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}}});
+}
+
+TEST(Passes, PoolReluBackwardNotFusedWhenGradientIsUsedElsewhere) {
+  // The pooling gradient itself is a graph output: it must stay unmasked.
+  manual_seed(6);
+  Tensor x = randn({2, 3, 6, 6}).to(device());
+  Tensor h = relu(x);
+  ops::Tensors pr = ops::call(ops::OpKind::MaxPool2d, {h}, {.ints = {2, 2, 2, 2, 0, 0}, .floats = {}});
+  Tensor g = randn(pr[0].shape()).to(device());
+  Tensor gp = ops::call1(ops::OpKind::MaxPool2dBackward, {g, h, pr[1]}, {.ints = {2, 2, 2, 2, 0, 0}, .floats = {}});
+  Tensor gr = ops::call1(ops::OpKind::ReluBackward, {gp, h});
+  Program prog = trace({gp, gr});
+  PassPipeline pp;
+  pp.add(make_epilogue_fusion_pass());
+  pp.run(prog);
+  EXPECT_EQ(count_op(prog, ops::OpKind::ReluBackward), 1) << prog.text();
+  // Without the extra use it fuses, and keeps the node count down by one.
+  Program prog2 = trace({gr});
+  const int before = prog2.op_count();
+  pp.run(prog2);
+  EXPECT_EQ(count_op(prog2, ops::OpKind::ReluBackward), 0) << prog2.text();
+  EXPECT_EQ(prog2.op_count(), before - 1);
+  Tensor want = ops::call1(ops::OpKind::ReluBackward, {gp.cpu(), h.cpu()});
+  EXPECT_EQ(gr.cpu().to_vector<float>(), want.to_vector<float>());
+  axle::sync();
+}
+
+TEST(Passes, CnnStepFusesEveryPoolingReluBackward) {
+  // conv -> relu -> pool -> conv -> relu -> pool -> flatten -> linear -> relu -> linear, forward
+  // and backward: both pooling gradients take their relu backward, the linear its relu, and
+  // every result equals the eager one exactly.
+  manual_seed(7);
+  Tensor xe = randn({2, 3, 8, 8}), w1e = randn({4, 3, 3, 3}), w2e = randn({6, 4, 3, 3}), fce = randn({5, 24}),
+         fc2e = randn({3, 5});
+  auto run = [](const Tensor& x, const Tensor& w1, const Tensor& w2, const Tensor& fc, const Tensor& fc2) {
+    Tensor h = max_pool2d(relu(conv2d(x, w1, {}, {.padding = {1, 1}})));
+    h = max_pool2d(relu(conv2d(h, w2, {}, {.padding = {1, 1}})));
+    Tensor out = linear(relu(linear(reshape(h, {2, 24}), fc)), fc2);
+    sum(mul(out, out)).backward();
+    return std::vector<Tensor>{out, w1.grad(), w2.grad(), fc.grad(), fc2.grad()};
+  };
+  for (Tensor* t : {&w1e, &w2e, &fce, &fc2e}) t->set_requires_grad(true);
+  Tensor x = xe.to(device()), w1 = w1e.detach().to(device()), w2 = w2e.detach().to(device()),
+         fc = fce.detach().to(device()), fc2 = fc2e.detach().to(device());
+  for (Tensor* t : {&w1, &w2, &fc, &fc2}) t->set_requires_grad(true);
+  std::vector<Tensor> got = run(x, w1, w2, fc, fc2);
+  Program prog = trace(got);
+  EXPECT_EQ(count_op(prog, ops::OpKind::ReluBackward), 3) << prog.text();
+  PassPipeline::standard().run(prog);
+  prog.verify();
+  EXPECT_EQ(count_op(prog, ops::OpKind::ReluBackward), 1) << prog.text();  // the linear's stays
+  EXPECT_EQ(count_op(prog, ops::OpKind::Relu), 0) << prog.text();
+  std::vector<Tensor> want = run(xe, w1e, w2e, fce, fc2e);
+  for (size_t k = 0; k < want.size(); ++k)
+    EXPECT_EQ(got[k].cpu().to_vector<float>(), want[k].to_vector<float>()) << "result " << k;
+}
+
+TEST(Ops, MaxPoolBackwardReadsNchwGradAndOutput) {
+  // The 2x2 backward on a channels-last input, plain and with the fused relu backward: an NCHW
+  // grad (a flatten's gradient) or y gives the same values as channels-last ones.
+  manual_seed(8);
+  Tensor x = permute(randn({3, 5, 6, 4}), {0, 3, 1, 2});  // [3, 4, 5, 6], channels-last memory
+  const ops::Attrs a6{.ints = {2, 2, 2, 2, 0, 0}, .floats = {}}, a7{.ints = {2, 2, 2, 2, 0, 0, 1}, .floats = {}};
+  ops::Tensors fwd = ops::call(ops::OpKind::MaxPool2d, {x}, a6);
+  Tensor y_nchw = fwd[0].contiguous();
+  Tensor g = randn(fwd[0].shape());  // NCHW
+  Tensor g_cl = permute(permute(g, {0, 2, 3, 1}).contiguous(), {0, 3, 1, 2});
+  Tensor plain = ops::call1(ops::OpKind::MaxPool2dBackward, {g_cl, x, fwd[1]}, a6);
+  EXPECT_EQ(ops::call1(ops::OpKind::MaxPool2dBackward, {g, x, fwd[1]}, a6).to_vector<float>(),
+            plain.to_vector<float>());
+  Tensor want = ops::call1(ops::OpKind::ReluBackward, {plain, x});
+  for (const Tensor& gy : {g, g_cl})
+    for (const Tensor& y : {fwd[0], y_nchw})
+      EXPECT_EQ(ops::call1(ops::OpKind::MaxPool2dBackward, {gy, x, fwd[1], y}, a7).to_vector<float>(),
+                want.to_vector<float>());
+}
+

@@ -145,8 +145,14 @@ class FusionPass final : public Pass {
   }
 };
 
-// conv2d followed by relu: the relu becomes a oneDNN post-op of the convolution, so
-// the activation is written once instead of written, read and written again.
+// Epilogues fused into the op that produces their operand, so a large activation or
+// gradient is written once instead of written, read and written again:
+// - conv2d or linear followed by relu: the relu becomes a oneDNN post-op of the convolution
+//   or matmul;
+// - max_pool2d_backward(g, x, ws) followed by relu_backward(., x): the pooling gradient goes
+//   only to each window's argmax, where x equals the pooled output y, so the relu mask
+//   (x > 0) is y > 0 and applies per window while the gradient is written (max_pool2d_backward
+//   with ints[6] = 1 and y as a 4th input; see src/ops/pool.cpp). Same values exactly.
 class EpilogueFusionPass final : public Pass {
  public:
   const char* name() const override { return "epilogue-fusion"; }
@@ -160,18 +166,49 @@ class EpilogueFusionPass final : public Pass {
     bool changed = false;
     for (size_t i = 0; i < p.nodes.size(); ++i) {
       PNode& n = p.nodes[i];
-      if (n.dead || n.kind != NodeKind::Op || n.op != OpKind::Relu) continue;
-      const Ref src = n.operands[0];
-      PNode& conv = p.nodes[size_t(src.node)];
-      if (conv.kind != NodeKind::Op || conv.op != OpKind::Conv2d || conv.attrs.ints.size() != 7 ||
-          uses[size_t(src.node)] != 1)
+      if (n.dead || n.kind != NodeKind::Op) continue;
+      if (n.op == OpKind::ReluBackward) {
+        changed = fuse_pool_relu_backward(p, int(i), uses) || changed;
         continue;
-      conv.attrs.ints.push_back(1);
+      }
+      if (n.op != OpKind::Relu) continue;
+      const Ref src = n.operands[0];
+      PNode& prod = p.nodes[size_t(src.node)];
+      if (prod.kind != NodeKind::Op || uses[size_t(src.node)] != 1 || n.outs[0].dtype != kFloat32) continue;
+      const bool conv = prod.op == OpKind::Conv2d && prod.attrs.ints.size() == 7;
+      const bool linear = prod.op == OpKind::Linear && prod.attrs.ints.empty();
+      if (!conv && !linear) continue;
+      prod.attrs.ints.push_back(1);
       p.replace_uses({int(i), 0}, src);
       n.dead = true;
       changed = true;
     }
     return changed;
+  }
+
+ private:
+  static bool is_op(const Program& p, const Ref& r, OpKind k) {
+    if (r.node < 0) return false;
+    const PNode& n = p.nodes[size_t(r.node)];
+    return !n.dead && n.kind == NodeKind::Op && n.op == k;
+  }
+  // relu_backward(max_pool2d_backward(g, x, ws), x) with ws from max_pool2d(x).
+  static bool fuse_pool_relu_backward(Program& p, int i, const std::vector<int>& uses) {
+    PNode& rb = p.nodes[size_t(i)];
+    const Ref g = rb.operands[0], y = rb.operands[1];
+    if (g.index != 0 || !is_op(p, g, OpKind::MaxPool2dBackward) || uses[size_t(g.node)] != 1) return false;
+    PNode& pb = p.nodes[size_t(g.node)];
+    if (pb.attrs.ints.size() != 6 || pb.operands.size() != 3 || !(pb.operands[1] == y)) return false;
+    const Ref ws = pb.operands[2];
+    if (ws.index != 1 || !is_op(p, ws, OpKind::MaxPool2d)) return false;
+    const PNode& pf = p.nodes[size_t(ws.node)];
+    if (!(pf.operands[0] == y) || pf.attrs.ints != pb.attrs.ints) return false;
+    if (rb.outs[0].dtype != kFloat32 || !(rb.outs[0].shape == pb.outs[0].shape)) return false;
+    pb.attrs.ints.push_back(1);
+    pb.operands.push_back({ws.node, 0});
+    p.replace_uses({i, 0}, g);
+    rb.dead = true;
+    return true;
   }
 };
 

@@ -126,7 +126,9 @@ Tensors fused_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>& m)
   const size_t nops = p.ops.size();
 #pragma omp parallel if (numel >= 4 * kTile)
   {
-    std::vector<char> scratch(nops * size_t(kTile) * 8);
+    // Per-thread tile scratch, kept across calls (no allocation or zero-fill per call).
+    thread_local std::vector<char> scratch;
+    if (scratch.size() < nops * size_t(kTile) * 8) scratch.resize(nops * size_t(kTile) * 8);
     std::vector<char*> base(nops);
     std::vector<int64_t> isz(nops);
 #pragma omp for schedule(static)

@@ -75,9 +75,10 @@ bool foldable(const Tensor& a) {
   return true;
 }
 
-// out (contiguous, float32) = a @ b (+ bias [N], broadcast over rows). a [..., M, K], b [..., K, N]
-// with batch dims broadcasting to out's; K > 0 and out non-empty.
-void matmul_into(Tensor a, Tensor b, const Tensor& bias, const Tensor& out) {
+// out (contiguous, float32) = a @ b (+ bias [N], broadcast over rows), then relu if `relu` (a oneDNN
+// post-op: the epilogue the compiler fuses into linear). a [..., M, K], b [..., K, N] with batch
+// dims broadcasting to out's; K > 0 and out non-empty.
+void matmul_into(Tensor a, Tensor b, const Tensor& bias, const Tensor& out, bool relu = false) {
   a = dg::describable(a);
   b = dg::describable(b);
   const size_t nd = size_t(out.dim());
@@ -92,7 +93,7 @@ void matmul_into(Tensor a, Tensor b, const Tensor& bias, const Tensor& out) {
       Tensor a2 = make_view(a, {rows, K}, {a.strides()[nd - 2], a.strides()[nd - 1]}, a.storage_offset());
       const size_t bn = size_t(b.dim());
       Tensor b2 = make_view(b, {K, N}, {b.strides()[bn - 2], b.strides()[bn - 1]}, b.storage_offset());
-      matmul_into(a2, b2, bias, make_view(out, {rows, N}, {N, 1}, out.storage_offset()));
+      matmul_into(a2, b2, bias, make_view(out, {rows, N}, {N, 1}, out.storage_offset()), relu);
       return;
     }
   }
@@ -106,14 +107,14 @@ void matmul_into(Tensor a, Tensor b, const Tensor& bias, const Tensor& out) {
   if (both_expanded) {  // both operands are expanded views along one dim: materialise a
     Shape s = out.shape();
     s[nd - 1] = K;
-    matmul_into(contiguous_copy(expand(a, s)), b, bias, out);
+    matmul_into(contiguous_copy(expand(a, s)), b, bias, out, relu);
     return;
   }
-  if (!normalise(oa)) return matmul_into(contiguous_copy(a), b, bias, out);
-  if (!normalise(ob)) return matmul_into(a, contiguous_copy(b), bias, out);
+  if (!normalise(oa)) return matmul_into(contiguous_copy(a), b, bias, out, relu);
+  if (!normalise(ob)) return matmul_into(a, contiguous_copy(b), bias, out, relu);
 
   // oneDNN's matmul kernels read the bias densely whatever its descriptor says.
-  if (bias.defined() && !bias.is_contiguous()) return matmul_into(a, b, contiguous_copy(bias), out);
+  if (bias.defined() && !bias.is_contiguous()) return matmul_into(a, b, contiguous_copy(bias), out, relu);
   Shape bias_dims(nd, 1), bias_strides(nd, 1);
   if (bias.defined()) {
     bias_dims[nd - 1] = N;
@@ -121,7 +122,7 @@ void matmul_into(Tensor a, Tensor b, const Tensor& bias, const Tensor& out) {
   }
   dg::Key key("matmul");
   key << oa.dims << oa.strides << ob.dims << ob.strides << out.shape() << int64_t(bias.defined())
-      << bias_strides;
+      << bias_strides << int64_t(relu);
   auto e = dg::cached<MatmulEntry>(key, [&] {
     auto e = std::make_shared<MatmulEntry>();
     e->a = dg::strided_desc(oa.dims, oa.strides, kFloat32);
@@ -134,14 +135,21 @@ void matmul_into(Tensor a, Tensor b, const Tensor& bias, const Tensor& out) {
     } else {
       d.emplace(e->a, e->b, e->dst);
     }
-    dnnl::matmul::primitive_desc pd(*d, dg::default_attr(), dg::engine());
+    dnnl::primitive_attr attr = dg::default_attr();
+    if (relu) {
+      dnnl::post_ops po;
+      po.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+      attr.set_post_ops(po);
+    }
+    dnnl::matmul::primitive_desc pd(*d, attr, dg::engine());
     e->prim = dnnl::matmul(pd);
     e->scratch = pd.scratchpad_desc().get_size();
     e->slow = std::string(pd.impl_info_str()).rfind("ref", 0) == 0;
     return e;
   });
   if (e->slow && (!a.is_contiguous() || !b.is_contiguous())) {
-    matmul_into(a.is_contiguous() ? a : contiguous_copy(a), b.is_contiguous() ? b : contiguous_copy(b), bias, out);
+    matmul_into(a.is_contiguous() ? a : contiguous_copy(a), b.is_contiguous() ? b : contiguous_copy(b), bias, out,
+                relu);
     return;
   }
   dg::Exec ex;
@@ -212,7 +220,12 @@ Tensors matmul_vjp(const VjpArgs& v) {
 }
 
 // ------------------------------------------------------------------ linear
-std::vector<Meta> linear_infer(const Tensors& in, const Attrs&) {
+// No ints, or {1} when the compiler fused a relu epilogue (src/compiler/fusion.cpp).
+bool linear_relu(const Attrs& a) { return a.ints.size() == 1 && a.ints[0] == 1; }
+
+std::vector<Meta> linear_infer(const Tensors& in, const Attrs& a) {
+  AXLE_CHECK(a.ints.empty() || linear_relu(a), "[linear] expected no int attributes, or {1} for a fused relu, got ",
+             shape_str(a.ints));
   check_defined(in[0], "linear", "input");
   check_defined(in[1], "linear", "weight");
   const Tensor &x = in[0], &w = in[1];
@@ -233,7 +246,8 @@ std::vector<Meta> linear_infer(const Tensors& in, const Attrs&) {
   return {{s, kFloat32}};
 }
 
-Tensors linear_cpu(const Tensors& in, const Attrs&, const std::vector<Meta>& m) {
+Tensors linear_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>& m) {
+  const bool relu = linear_relu(a);
   Tensor x = in[0];
   const Tensor& w = in[1];
   Tensor bias = in.size() > 2 ? in[2] : Tensor();
@@ -244,6 +258,8 @@ Tensors linear_cpu(const Tensors& in, const Attrs&, const std::vector<Meta>& m) 
   Tensor out2 = make_view(out, {rows, O}, {O, 1}, 0);
   if (I == 0) {
     fill_bias_or_zero(out, bias);
+    if (relu)
+      for (float* o = out.data<float>(), *e = o + out.numel(); o != e; ++o) *o = *o > 0.0f ? *o : 0.0f;
     return {out};
   }
   // x as [rows, I]: a view when its leading dims merge, else a copy.
@@ -259,11 +275,12 @@ Tensors linear_cpu(const Tensors& in, const Attrs&, const std::vector<Meta>& m) 
       x2 = make_view(contiguous_copy(x), {rows, I}, {I, 1}, 0);
   }
   Tensor wt = make_view(w, {I, O}, {w.strides()[1], w.strides()[0]}, w.storage_offset());
-  matmul_into(x2, wt, bias, out2);
+  matmul_into(x2, wt, bias, out2, relu);
   return {out};
 }
 
 Tensors linear_vjp(const VjpArgs& v) {
+  AXLE_CHECK(v.attrs.ints.empty(), "[linear] internal: a compiler-fused linear has no gradient of its own");
   const Tensor &x = v.in[0], &w = v.in[1], &g = v.grad[0];
   Tensors r(v.in.size());
   if (v.needs[0]) r[0] = linear(g, w.t());

@@ -157,8 +157,11 @@ void max_fwd_own(const Tensor& x, const PoolCfg& c, const PoolGeom& g, float* y,
   }
 }
 
+// ym (optional, y's layout): the pooled output; when given, a window's gradient passes only
+// where its maximum is > 0 (a relu backward fused by the compiler: y equals x at the argmax).
 template <class I>
-void max_bwd_own(const float* gy, const I* ws, const PoolCfg& c, const PoolGeom& g, float* gx) {
+void max_bwd_own(const float* gy, const I* ws, const PoolCfg& c, const PoolGeom& g, float* gx,
+                 const float* ym = nullptr) {
   const int64_t planes = g.N * g.C, OH = g.OH, OW = g.OW, H = g.H, W = g.W;
   const bool fast = c.kh == 2 && c.kw == 2 && c.sh == 2 && c.sw == 2 && c.ph == 0 && c.pw == 0;
 #pragma omp parallel for schedule(static) if (planes * H * W >= cpu::kParallelGrain / 4)
@@ -166,6 +169,7 @@ void max_bwd_own(const float* gy, const I* ws, const PoolCfg& c, const PoolGeom&
     float* xp = gx + p * H * W;
     const float* gp = gy + p * OH * OW;
     const I* wp = ws + p * OH * OW;
+    const float* mp = ym ? ym + p * OH * OW : nullptr;
     if (fast) {  // non-overlapping 2x2 windows: write every input position once, no scatter
       if (H != 2 * OH || W != 2 * OW) std::fill(xp, xp + H * W, 0.0f);
       for (int64_t i = 0; i < OH; ++i) {
@@ -173,6 +177,19 @@ void max_bwd_own(const float* gy, const I* ws, const PoolCfg& c, const PoolGeom&
         float* r1 = r0 + W;
         const float* go = gp + i * OW;
         const I* wo = wp + i * OW;
+        if (mp) {
+          const float* mo = mp + i * OW;
+#pragma omp simd
+          for (int64_t j = 0; j < OW; ++j) {
+            const int32_t k = int32_t(wo[j]);
+            const float v = mo[j] > 0.0f ? go[j] : 0.0f;
+            r0[2 * j] = k == 0 ? v : 0.0f;
+            r0[2 * j + 1] = k == 1 ? v : 0.0f;
+            r1[2 * j] = k == 2 ? v : 0.0f;
+            r1[2 * j + 1] = k == 3 ? v : 0.0f;
+          }
+          continue;
+        }
 #pragma omp simd
         for (int64_t j = 0; j < OW; ++j) {
           const int32_t k = int32_t(wo[j]);
@@ -190,7 +207,7 @@ void max_bwd_own(const float* gy, const I* ws, const PoolCfg& c, const PoolGeom&
       for (int64_t j = 0; j < OW; ++j) {
         const int64_t k = int64_t(wp[i * OW + j]);
         const int64_t h = i * c.sh - c.ph + k / c.kw, w = j * c.sw - c.pw + k % c.kw;
-        xp[h * W + w] += gp[i * OW + j];
+        if (!mp || mp[i * OW + j] > 0.0f) xp[h * W + w] += gp[i * OW + j];
       }
   }
 }
@@ -238,8 +255,9 @@ void max_fwd_nhwc_2x2(const float* x, const PoolGeom& g, float* y, I* ws) {
   }
 }
 
+// ym (optional, NHWC like gy): see max_bwd_own.
 template <class I>
-void max_bwd_nhwc_2x2(const float* gy, const I* ws, const PoolGeom& g, float* gx) {
+void max_bwd_nhwc_2x2(const float* gy, const I* ws, const PoolGeom& g, float* gx, const float* ym = nullptr) {
   const int64_t C = g.C, W = g.W, H = g.H, OH = g.OH, OW = g.OW, rows = g.N * OH;
   if (H != 2 * OH || W != 2 * OW) std::fill(gx, gx + g.N * H * W * C, 0.0f);  // rows/cols no window covers
 #pragma omp parallel for schedule(static) if (rows * OW * C >= cpu::kParallelGrain / 4)
@@ -250,6 +268,19 @@ void max_bwd_nhwc_2x2(const float* gy, const I* ws, const PoolGeom& g, float* gx
       float *p01 = p00 + C, *p10 = p00 + W * C, *p11 = p10 + C;
       const float* go = gy + (r * OW + j) * C;
       const I* wo = ws + (r * OW + j) * C;
+      if (ym) {  // fused relu backward
+        const float* mo = ym + (r * OW + j) * C;
+#pragma omp simd
+        for (int64_t c = 0; c < C; ++c) {
+          const int32_t k = int32_t(wo[c]);
+          const float v = mo[c] > 0.0f ? go[c] : 0.0f;
+          p00[c] = k == 0 ? v : 0.0f;
+          p01[c] = k == 1 ? v : 0.0f;
+          p10[c] = k == 2 ? v : 0.0f;
+          p11[c] = k == 3 ? v : 0.0f;
+        }
+        continue;
+      }
 #pragma omp simd
       for (int64_t c = 0; c < C; ++c) {
         const int32_t k = int32_t(wo[c]);
@@ -326,8 +357,12 @@ struct BwdEntry {
 };
 
 // Gradient w.r.t. the input [N, C, H, W] of a pooling; `ws` (max only) fixes the layout.
-Tensor pool_backward(const Tensor& gy_in, const Tensor& ws, const Shape& xs, const PoolCfg& c, const char* op) {
+// With `y` and `x` (max only, the pooled output and the pooling's input): the relu backward
+// mask (x > 0) applied to that gradient, as the compiler's fused max_pool2d_backward computes it.
+Tensor pool_backward(const Tensor& gy_in, const Tensor& ws, const Shape& xs, const PoolCfg& c, const char* op,
+                     const Tensor& y = {}, const Tensor& x = {}) {
   Tensor gy = dg::describable(gy_in);
+  const bool masked = y.defined();
   PoolGeom g = pool_geom(xs, c, op);
   AXLE_CHECK(gy.shape() == (Shape{g.N, g.C, g.OH, g.OW}), "[", op, "] expected grad of shape ",
              shape_str({g.N, g.C, g.OH, g.OW}), ", got ", shape_str(gy.shape()));
@@ -336,23 +371,32 @@ Tensor pool_backward(const Tensor& gy_in, const Tensor& ws, const Shape& xs, con
     Tensor gx = make_tensor(xs, kFloat32);
     if (gx.numel() == 0) return gx;
     Tensor gc = cpu::contiguous_as(gy, kFloat32);
+    Tensor yc = masked ? cpu::contiguous_as(y, kFloat32) : Tensor();
+    const float* ym = masked ? yc.data<float>() : nullptr;
     if (ws.dtype() == kUInt8)
-      max_bwd_own(gc.data<float>(), ws.data<uint8_t>(), c, g, gx.data<float>());
+      max_bwd_own(gc.data<float>(), ws.data<uint8_t>(), c, g, gx.data<float>(), ym);
     else
-      max_bwd_own(gc.data<float>(), ws.data<int32_t>(), c, g, gx.data<float>());
+      max_bwd_own(gc.data<float>(), ws.data<int32_t>(), c, g, gx.data<float>(), ym);
     return gx;
   }
   const dg::Layout l = is_max ? act_layout(ws) : act_layout(gy);
   Tensor gx = dg::empty_4d(xs, l);
   if (gx.numel() == 0) return gx;
   if (is_max && is_2x2(c) && l == dg::Layout::NHWC && dg::is_dense(ws, l)) {
-    Tensor gc = gy;
-    if (!dg::is_dense(gy, l)) {
-      gc = dg::empty_4d(gy.shape(), l);
-      cpu::copy_into(gc, gy);
-    }
-    max_bwd_nhwc_2x2(gc.data<float>(), ws.data<uint8_t>(), g, gx.data<float>());
+    auto in_layout = [&](const Tensor& t) {
+      if (dg::is_dense(t, l)) return t;
+      Tensor d = dg::empty_4d(t.shape(), l);
+      cpu::copy_into(d, t);
+      return d;
+    };
+    Tensor gc = in_layout(gy);
+    Tensor yc = masked ? in_layout(y) : Tensor();
+    max_bwd_nhwc_2x2(gc.data<float>(), ws.data<uint8_t>(), g, gx.data<float>(), masked ? yc.data<float>() : nullptr);
     return gx;
+  }
+  if (masked) {  // any other kernel: the plain gradient, then the relu backward mask from x
+    Tensor plain = pool_backward(gy, ws, xs, c, op);
+    return op_def(OpKind::ReluBackward).cpu({plain, x}, {}, {{xs, kFloat32}})[0];
   }
   if (gy.numel() == 0) {
     std::fill(gx.data<float>(), gx.data<float>() + gx.numel(), 0.0f);
@@ -415,13 +459,21 @@ std::vector<Meta> max_bwd_infer(const Tensors& in, const Attrs& a) {
   check_defined(in[0], "max_pool2d_backward", "grad");
   check_input(in[1], "max_pool2d_backward");
   check_defined(in[2], "max_pool2d_backward", "workspace");
-  AXLE_CHECK(a.ints.size() == 6, "[max_pool2d_backward] expected 6 int attributes, got ", a.ints.size());
+  // 6 ints, or 7 when the compiler fused the relu backward that followed (ints[6] = 1; a 4th
+  // input: max_pool2d's output y; result: the gradient where x > 0, else 0).
+  AXLE_CHECK(a.ints.size() == 6 || (a.ints.size() == 7 && a.ints[6] == 1),
+             "[max_pool2d_backward] expected 6 int attributes, got ", a.ints.size());
   PoolCfg c = cfg_from(a, dnnl::algorithm::pooling_max);
   PoolGeom g = pool_geom(in[1].shape(), c, "max_pool2d_backward");
   Shape s{g.N, g.C, g.OH, g.OW};
   AXLE_CHECK(in[2].shape() == s && in[2].dtype() == ws_dtype(c), "[max_pool2d_backward] expected a workspace ",
              shape_str(s), " ", ws_dtype(c), " from max_pool2d, got ", shape_str(in[2].shape()), " ", in[2].dtype());
   AXLE_CHECK(in[0].dtype() == kFloat32, "[max_pool2d_backward] expected a float32 grad, got ", in[0].dtype());
+  if (a.ints.size() == 7) {
+    AXLE_CHECK(in.size() == 4 && in[3].defined() && in[3].shape() == s && in[3].dtype() == kFloat32,
+               "[max_pool2d_backward] a fused relu backward expects max_pool2d's output ", shape_str(s),
+               " float32 as 4th input");
+  }
   return {{in[1].shape(), kFloat32}};
 }
 Tensors max_bwd_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>& m) {
@@ -432,7 +484,9 @@ Tensors max_bwd_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>& 
     cpu::copy_into(c, ws);
     ws = c;
   }
-  return {pool_backward(in[0], ws, m[0].shape, cfg_from(a, dnnl::algorithm::pooling_max), "max_pool2d_backward")};
+  const bool relu = a.ints.size() == 7 && a.ints[6] == 1;
+  return {pool_backward(in[0], ws, m[0].shape, cfg_from(a, dnnl::algorithm::pooling_max), "max_pool2d_backward",
+                        relu ? dg::describable(in[3]) : Tensor(), relu ? in[1] : Tensor())};
 }
 
 // ------------------------------------------------------------------ avg
