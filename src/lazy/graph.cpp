@@ -1,5 +1,6 @@
 #include "lazy/graph.h"
 
+#include <atomic>
 #include <cstring>
 #include <sstream>
 #include <unordered_map>
@@ -18,29 +19,32 @@ void mix_meta(uint64_t& h, const ops::Meta& m) {
 }  // namespace
 
 Graph build_graph(const std::vector<Value>& roots) {
+  static std::atomic<uint64_t> passes{0};
+  const uint64_t pass = ++passes;
+  auto seen = [pass](const Node* n) { return n->visit == pass; };
   Graph g;
-  std::unordered_map<const Node*, int> index;
   // Iterative post-order DFS over operands.
   std::vector<std::pair<Node*, size_t>> stack;
   for (const Value& r : roots) {
-    if (index.count(r.node.get())) continue;
+    if (seen(r.node.get())) continue;
     stack.push_back({r.node.get(), 0});
     while (!stack.empty()) {
       auto& [n, next] = stack.back();
       if (next < n->operands.size()) {
         Node* c = n->operands[next++].node.get();
-        if (c && !index.count(c)) stack.push_back({c, 0});
+        if (c && !seen(c)) stack.push_back({c, 0});
         continue;
       }
-      if (!index.count(n)) {
-        index[n] = int(g.nodes.size());
+      if (!seen(n)) {
+        n->visit = pass;
+        n->index = int(g.nodes.size());
         if (n->kind == NodeKind::Data) g.inputs.push_back(int(g.nodes.size()));
         g.nodes.push_back(n);
       }
       stack.pop_back();
     }
   }
-  for (const Value& r : roots) g.outputs.push_back({index.at(r.node.get()), r.index});
+  for (const Value& r : roots) g.outputs.push_back({r.node->index, r.index});
 
   uint64_t h = 0xCBF29CE484222325ull;
   for (const Node* n : g.nodes) {
@@ -61,7 +65,7 @@ Graph build_graph(const std::vector<Value>& roots) {
     }
     mix(h, n->operands.size());
     for (const Value& v : n->operands) {
-      mix(h, v.node ? uint64_t(index.at(v.node.get())) + 1 : 0);
+      mix(h, v.node ? uint64_t(v.node->index) + 1 : 0);
       mix(h, uint64_t(v.index));
     }
     for (const ops::Meta& m : n->outs) mix_meta(h, m);

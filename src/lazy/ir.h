@@ -38,6 +38,10 @@ struct Node {
   std::weak_ptr<LazyTensor> owner;
   bool has_owner = false;
   double scalar = 0;  ///< Constant: its value
+  /// build_graph's scratch: the pass that last visited this node, and the node's index in
+  /// that pass's graph (faster than a hash map on every cut; graphs are cut on one thread).
+  uint64_t visit = 0;
+  int index = -1;
 };
 
 /// What an xla tensor holds: pending IR, or materialised device data. Shared by a
