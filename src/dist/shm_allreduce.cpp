@@ -138,6 +138,10 @@ std::unique_ptr<ShmAllReduce> ShmAllReduce::open(const std::string& name, int ra
   if (create) {  // the pages are zero: counters start at 0
     s->hdr_->magic = kMagic;
     s->hdr_->world = uint32_t(world);
+  } else {  // rank 0 wrote the header before the barrier that precedes this open
+    AXLE_CHECK(s->hdr_->magic == kMagic && s->hdr_->world == uint32_t(world), "[dist] shared segment ", name,
+               " is not this job's: expected an axle segment for ", world, " ranks, found magic ", s->hdr_->magic,
+               " and ", s->hdr_->world, " ranks");
   }
   return s;
 }
