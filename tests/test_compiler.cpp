@@ -137,6 +137,76 @@ TEST(Passes, ElementwiseFusionMakesOnePassAndKeepsValues) {
   EXPECT_EQ(masked.cpu().to_vector<float>(), emasked.to_vector<float>());
 }
 
+void expect_close(const Tensor& got, const Tensor& want, double rtol = 1e-5) {
+  ASSERT_EQ(got.shape(), want.shape());
+  auto g = got.cpu().to_vector<float>(), w = want.to_vector<float>();
+  for (size_t i = 0; i < g.size(); ++i) EXPECT_NEAR(g[i], w[i], rtol * (1 + std::abs(w[i]))) << "element " << i;
+}
+
+TEST(Passes, SumFusesIntoTheChainThatFeedsIt) {
+  manual_seed(6);
+  Tensor a0 = randn({300, 70}), b0 = randn({300, 70});
+  Tensor a = a0.to(device()), b = b0.to(device());
+  // A squared-error loss: the difference is read again (as by its backward), the square only by the sum.
+  Tensor d = sub(a, b);
+  Tensor loss = mean(mul(d, d));
+  Tensor keep = mul(d, 2.0);
+  Program prog = trace({loss, keep});
+  PassPipeline::standard().run(prog);
+  EXPECT_EQ(count_op(prog, ops::OpKind::FusedSum), 1) << prog.text();
+  EXPECT_EQ(count_op(prog, ops::OpKind::Sum), 0) << prog.text();
+  EXPECT_EQ(count_op(prog, ops::OpKind::FusedElementwise), 0) << prog.text();
+  const Tensor de = sub(a0, b0);
+  expect_close(loss, mean(mul(de, de)));
+  EXPECT_EQ(keep.cpu().to_vector<float>(), mul(de, 2.0).to_vector<float>());
+}
+
+TEST(Passes, FusedSumOverEveryDimSetMatchesEager) {
+  manual_seed(7);
+  // Large enough to run on several threads where the machine has them, with a ragged last tile.
+  Tensor x0 = randn({6, 37, 29}), y0 = randn({6, 37, 29});
+  const std::vector<Shape> dim_sets = {{}, {0}, {1}, {2}, {0, 2}, {1, 2}, {0, 1}, {-1}};
+  for (const Shape& dims : dim_sets)
+    for (bool keepdim : {false, true}) {
+      Tensor x = x0.to(device()), y = y0.to(device());
+      Tensor s = dims.empty() ? sum(mul(exp(x), y)) : sum(mul(exp(x), y), dims, keepdim);
+      Program prog = trace({s});
+      PassPipeline::standard().run(prog);
+      EXPECT_EQ(count_op(prog, ops::OpKind::FusedSum), 1) << prog.text();
+      Tensor want = dims.empty() ? sum(mul(exp(x0), y0)) : sum(mul(exp(x0), y0), dims, keepdim);
+      SCOPED_TRACE(shape_str(dims) + (keepdim ? " keepdim" : ""));
+      expect_close(s, want);
+    }
+}
+
+TEST(Passes, FusedSumWalksChannelsLastActivations) {
+  manual_seed(8);
+  // A convolution's output is channels-last on cpu: the sum follows that memory order.
+  Tensor x0 = randn({3, 4, 9, 9}), w0 = randn({8, 4, 3, 3});
+  Tensor y = conv2d(x0.to(device()), w0.to(device()), {}, {.padding = {1, 1}});
+  Tensor act = relu(y);  // read again below: stays a full output
+  Tensor per_channel = sum(mul(act, act), {0, 2, 3});
+  Tensor per_pixel = sum(mul(y, 3.0), {1}, true);
+  Program prog = trace({per_channel, per_pixel, act});
+  PassPipeline::standard().run(prog);
+  EXPECT_EQ(count_op(prog, ops::OpKind::Sum), 0) << prog.text();
+  Tensor ye = conv2d(x0, w0, {}, {.padding = {1, 1}});
+  Tensor ae = relu(ye);
+  expect_close(per_channel, sum(mul(ae, ae), {0, 2, 3}));
+  expect_close(per_pixel, sum(mul(ye, 3.0), {1}, true));
+  expect_close(act, ae);
+}
+
+TEST(Passes, IntegerSumsAreNotFused) {
+  Tensor x = randn({64, 64}).to(device());
+  Tensor n = sum(gt(x, 0.0));  // bool -> int64: stays a plain sum
+  Program prog = trace({n});
+  PassPipeline::standard().run(prog);
+  EXPECT_EQ(count_op(prog, ops::OpKind::FusedSum), 0) << prog.text();
+  EXPECT_EQ(count_op(prog, ops::OpKind::Sum), 1) << prog.text();
+  EXPECT_EQ(n.item(), double(sum(gt(x.cpu(), 0.0)).item()));
+}
+
 TEST(Passes, FusionRespectsBroadcastAndOrder) {
   // A bias-shaped operand is not fused (it broadcasts), and a value that leaves the group
   // through a matmul and comes back does not create a cycle.

@@ -14,7 +14,8 @@ namespace {
 // The last byte is the format and pass-pipeline version: a program optimised by another
 // pipeline (e.g. before an op gained a fused variant) must not be run by this one.
 // 2: max_pool2d_backward with a fused relu backward (7 ints, 4 inputs), linear + relu (ints {1}).
-constexpr char kMagic[8] = {'A', 'X', 'L', 'E', 'P', 'G', 'M', '2'};
+// 3: fused_sum (a sum fused into the elementwise chain that feeds it); op numbers after it moved.
+constexpr char kMagic[8] = {'A', 'X', 'L', 'E', 'P', 'G', 'M', '3'};
 
 uint64_t fnv(const char* p, size_t n) {
   uint64_t h = 0xCBF29CE484222325ull;

@@ -1,6 +1,8 @@
 // Elementwise fusion: maximal groups of elementwise ops over one iteration shape
 // become a single FusedElementwise node (see src/ops/fused.cpp), run as one pass
 // over memory. Inputs of a group are values of that shape or single elements.
+// A float32 sum of a group's value joins the group (FusedSum): the value is summed tile
+// by tile as it is computed, so unless something else reads it, it is never written.
 #include <algorithm>
 #include <map>
 
@@ -72,10 +74,27 @@ class FusionPass final : public Pass {
     std::vector<bool> is_program_output(n, false);
     for (const Ref& r : p.outputs) is_program_output[size_t(r.node)] = true;
 
+    // The sum each group takes in (the first float32 sum of one of its members), if any.
+    std::vector<int> sum_of(groups.size(), -1);
+    for (size_t i = 0; i < n; ++i) {
+      const PNode& nd = p.nodes[i];
+      if (nd.dead || nd.kind != NodeKind::Op || nd.op != OpKind::Sum || nd.operands.size() != 1) continue;
+      const Ref& r = nd.operands[0];
+      if (r.node < 0 || r.index != 0 || group_of[size_t(r.node)] < 0) continue;
+      const int g = group_of[size_t(r.node)];
+      const int64_t rank = int64_t(meta(r).shape.size());
+      bool dims_ok = !nd.attrs.ints.empty() && rank <= 16;
+      for (size_t k = 1; k < nd.attrs.ints.size(); ++k)
+        dims_ok = dims_ok && rank > 0 && nd.attrs.ints[k] >= 0 && nd.attrs.ints[k] < rank;
+      if (sum_of[size_t(g)] < 0 && dims_ok && meta(r).dtype == kFloat32 && nd.outs[0].dtype == kFloat32)
+        sum_of[size_t(g)] = int(i);
+    }
+
     bool changed = false;
     for (size_t gi = 0; gi < groups.size(); ++gi) {
       const Group& g = groups[gi];
-      if (g.members.size() < 2) continue;
+      const int red = sum_of[gi];
+      if (g.members.size() + (red >= 0 ? 1 : 0) < 2) continue;
       std::map<int, int64_t> local;       // member node -> op index
       std::vector<Ref> externals;         // fused node operands
       std::vector<int> outputs;           // member nodes whose values leave the group
@@ -111,8 +130,18 @@ class FusionPass final : public Pass {
         ops_part.insert(ops_part.end(), refs.begin(), refs.end());
         local[m] = op_count++;
         bool leaves = is_program_output[size_t(m)];
-        for (int u : users[size_t(m)]) leaves = leaves || group_of[size_t(u)] != int(gi);
+        for (int u : users[size_t(m)]) leaves = leaves || (group_of[size_t(u)] != int(gi) && u != red);
         if (leaves) outputs.push_back(m);
+      }
+      // FusedSum: {keepdim, n, mask * n} before the program; the summed member is its last output.
+      std::vector<int64_t> sum_spec;
+      if (red >= 0) {
+        const PNode& rn = p.nodes[size_t(red)];
+        const size_t nd = g.shape.size();
+        std::vector<int64_t> mask(nd, rn.attrs.ints.size() <= 1 ? 1 : 0);  // no dims: all of them
+        for (size_t k = 1; k < rn.attrs.ints.size(); ++k) mask[size_t(rn.attrs.ints[k])] = 1;
+        sum_spec = {rn.attrs.ints[0], int64_t(nd)};
+        sum_spec.insert(sum_spec.end(), mask.begin(), mask.end());
       }
       prog.push_back(int64_t(externals.size()));
       for (const Ref& r : externals) {
@@ -122,21 +151,27 @@ class FusionPass final : public Pass {
       }
       prog.push_back(op_count);
       prog.insert(prog.end(), ops_part.begin(), ops_part.end());
-      prog.push_back(int64_t(outputs.size()));
+      prog.push_back(int64_t(outputs.size()) + (red >= 0 ? 1 : 0));
       for (int m : outputs) prog.push_back(local.at(m));
+      if (red >= 0) prog.push_back(local.at(p.nodes[size_t(red)].operands[0].node));
 
       PNode fused;
       fused.kind = NodeKind::Op;
-      fused.op = OpKind::FusedElementwise;
-      fused.attrs.ints = std::move(prog);
+      fused.op = red >= 0 ? OpKind::FusedSum : OpKind::FusedElementwise;
+      fused.attrs.ints = std::move(sum_spec);
+      fused.attrs.ints.insert(fused.attrs.ints.end(), prog.begin(), prog.end());
       fused.operands = externals;
       for (int m : outputs) fused.outs.push_back(p.nodes[size_t(m)].outs[0]);
+      if (red >= 0) fused.outs.push_back(p.nodes[size_t(red)].outs[0]);
       // Point users at placeholders first, then at the fused node's outputs.
       const int placeholder = int(p.nodes.size()) + 1000000;
       for (size_t k = 0; k < outputs.size(); ++k) p.replace_uses({outputs[k], 0}, {placeholder, int(k)});
+      if (red >= 0) p.replace_uses({red, 0}, {placeholder, int(outputs.size())});
       for (int m : g.members) p.nodes[size_t(m)].dead = true;
+      if (red >= 0) p.nodes[size_t(red)].dead = true;
       p.nodes[size_t(g.first)] = std::move(fused);
-      for (size_t k = 0; k < outputs.size(); ++k) p.replace_uses({placeholder, int(k)}, {g.first, int(k)});
+      for (size_t k = 0; k < p.nodes[size_t(g.first)].outs.size(); ++k)
+        p.replace_uses({placeholder, int(k)}, {g.first, int(k)});
       changed = true;
     }
     // A fused node may use an input that stood after its first member.

@@ -11,7 +11,14 @@
 //   n_out, op index * n_out                 which op results are outputs
 //   [n_donate, (out k, input j) * n_donate] optional, added when lowering: output k may be
 //                                           written over input j if nobody else holds it
+//
+// FusedSum: a sum whose input is such a chain (e.g. sum(x * x), a loss's mean((a - b)^2)).
+// Its ints are {keepdim, n, mask * n} (mask[d] = 1: dim d of S is summed) followed by a
+// tile program whose last output is the summed op: each tile's values are added into
+// per-thread float64 partials and never written out. Its other outputs are written as usual.
 #include <omp.h>
+
+#include <algorithm>
 
 #include "backend/cpu/loops.h"
 #include "ops/op.h"
@@ -32,9 +39,10 @@ struct FProgram {
   std::vector<std::pair<int64_t, int64_t>> donate;
 };
 
-FProgram parse(const Attrs& a) {
+// The tile program starting at ints[first].
+FProgram parse(const Attrs& a, size_t first = 0) {
   const auto& v = a.ints;
-  size_t i = 0;
+  size_t i = first;
   auto next = [&]() -> int64_t {
     AXLE_CHECK(i < v.size(), "[fused_elementwise] malformed program");
     return v[i++];
@@ -81,47 +89,63 @@ std::vector<Meta> fused_infer(const Tensors& in, const Attrs& a) {
 
 constexpr int64_t kTile = 1024;
 
-Tensors fused_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>& m) {
-  const FProgram p = parse(a);
+// Inputs and outputs of one run of a tile program, laid out for the tile walk.
+struct Prepared {
+  Tensors inputs, outs;       ///< outs: the first `full` outputs (shape S)
+  std::vector<int> out_of;    ///< op index -> position in outs, or -1 (tile scratch)
+  const Tensor* layout = nullptr;
+  bool same_layout = false;   ///< true: memory is walked in `layout`'s dense order
+};
+
+// `full` = how many of p.outputs are written out at full shape (FusedSum keeps its last one back).
+Prepared prepare(const FProgram& p, const Tensors& in, const std::vector<Meta>& m, size_t full, const char* op) {
   const int64_t numel = shape_numel(p.shape);
+  Prepared r;
   // Walk memory in order: when every full-size input shares one dense layout (e.g.
   // channels-last activations), use it as is and lay the outputs out the same way.
-  const Tensor* layout = nullptr;
   bool same_layout = true;
   for (size_t k = 0; k < in.size(); ++k) {
     const bool scalar = p.inputs[k].second;
-    AXLE_CHECK(scalar ? in[k].numel() == 1 : in[k].numel() == numel, "[fused_elementwise] input ", k,
-               " has the wrong size");
+    AXLE_CHECK(scalar ? in[k].numel() == 1 : in[k].numel() == numel, "[", op, "] input ", k, " has the wrong size");
     if (scalar) continue;
-    if (!layout) layout = &in[k];
-    else same_layout = same_layout && in[k].strides() == layout->strides();
+    if (!r.layout) r.layout = &in[k];
+    else same_layout = same_layout && in[k].strides() == r.layout->strides();
   }
-  same_layout = same_layout && layout && cpu::is_dense(*layout);
-  Tensors outs(p.outputs.size());
+  r.same_layout = same_layout && r.layout && cpu::is_dense(*r.layout);
+  r.outs.resize(full);
   // Donation: write an output over an input that only this call holds (the input's
   // last use, e.g. a parameter being updated), in its layout. Candidates come in
   // order; each output and each input is used once.
   std::vector<bool> taken(in.size(), false);
   for (auto [k, j] : p.donate) {
-    if (outs[size_t(k)].defined() || taken[size_t(j)]) continue;
+    if (size_t(k) >= full || r.outs[size_t(k)].defined() || taken[size_t(j)]) continue;
     const Tensor& t = in[size_t(j)];
-    const bool usable = same_layout ? t.strides() == layout->strides() : t.is_contiguous();
+    const bool usable = r.same_layout ? t.strides() == r.layout->strides() : t.is_contiguous();
     if (usable && t.impl_ptr().use_count() == 1 && t.impl()->storage.use_count() == 1) {
-      outs[size_t(k)] = t;
+      r.outs[size_t(k)] = t;
       taken[size_t(j)] = true;
     }
   }
-  Tensors inputs;
   for (size_t k = 0; k < in.size(); ++k) {
-    const bool dense_ok = same_layout && !p.inputs[k].second;
-    inputs.push_back(dense_ok ? in[k] : cpu::contiguous_as(in[k], p.inputs[k].first));
+    const bool dense_ok = r.same_layout && !p.inputs[k].second;
+    r.inputs.push_back(dense_ok ? in[k] : cpu::contiguous_as(in[k], p.inputs[k].first));
   }
-  std::vector<int> out_of(p.ops.size(), -1);
-  for (size_t k = 0; k < p.outputs.size(); ++k) {
-    if (!outs[k].defined())
-      outs[k] = same_layout ? cpu::empty_like_dense(m[k].shape, m[k].dtype, {layout}) : make_tensor(m[k].shape, m[k].dtype);
-    out_of[size_t(p.outputs[k])] = int(k);
+  r.out_of.assign(p.ops.size(), -1);
+  for (size_t k = 0; k < full; ++k) {
+    if (!r.outs[k].defined())
+      r.outs[k] = r.same_layout ? cpu::empty_like_dense(m[k].shape, m[k].dtype, {r.layout})
+                                : make_tensor(m[k].shape, m[k].dtype);
+    r.out_of[size_t(p.outputs[k])] = int(k);
   }
+  return r;
+}
+
+// Runs the program over S in tiles of kTile elements (memory order), in parallel when S is
+// large. After each tile, visit(thread, start, n, base) may read every op's values for the
+// tile: base[i] points at op i's n values.
+template <class Visit>
+void run_tiles(const FProgram& p, const Prepared& r, Visit&& visit) {
+  const int64_t numel = shape_numel(p.shape);
   const int64_t ntiles = (numel + kTile - 1) / kTile;
   const size_t nops = p.ops.size();
 #pragma omp parallel if (numel >= 4 * kTile)
@@ -131,27 +155,28 @@ Tensors fused_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>& m)
     if (scratch.size() < nops * size_t(kTile) * 8) scratch.resize(nops * size_t(kTile) * 8);
     std::vector<char*> base(nops);
     std::vector<int64_t> isz(nops);
+    const int thread = omp_get_thread_num();
 #pragma omp for schedule(static)
     for (int64_t t = 0; t < ntiles; ++t) {
       const int64_t start = t * kTile, n = std::min(kTile, numel - start);
       for (size_t i = 0; i < nops; ++i) {
         const FOp& op = p.ops[i];
         isz[i] = int64_t(itemsize(op.out));
-        base[i] = out_of[i] >= 0 ? outs[size_t(out_of[i])].impl()->data() + start * isz[i]
-                                 : scratch.data() + i * size_t(kTile) * 8;
+        base[i] = r.out_of[i] >= 0 ? r.outs[size_t(r.out_of[i])].impl()->data() + start * isz[i]
+                                   : scratch.data() + i * size_t(kTile) * 8;
         char* ptrs[4] = {base[i], nullptr, nullptr, nullptr};
         int64_t strides[4] = {isz[i], 0, 0, 0};
-        for (size_t r = 0; r < op.refs.size(); ++r) {
-          int64_t ref = op.refs[r];
+        for (size_t k = 0; k < op.refs.size(); ++k) {
+          int64_t ref = op.refs[k];
           if (ref >= 0) {
-            ptrs[r + 1] = base[size_t(ref)];
-            strides[r + 1] = isz[size_t(ref)];
+            ptrs[k + 1] = base[size_t(ref)];
+            strides[k + 1] = isz[size_t(ref)];
           } else {
-            const size_t k = size_t(-(ref + 1));
-            const int64_t s = int64_t(itemsize(p.inputs[k].first));
-            const bool scalar = p.inputs[k].second;
-            ptrs[r + 1] = inputs[k].impl()->data() + (scalar ? 0 : start * s);
-            strides[r + 1] = scalar ? 0 : s;
+            const size_t j = size_t(-(ref + 1));
+            const int64_t s = int64_t(itemsize(p.inputs[j].first));
+            const bool scalar = p.inputs[j].second;
+            ptrs[k + 1] = r.inputs[j].impl()->data() + (scalar ? 0 : start * s);
+            strides[k + 1] = scalar ? 0 : s;
           }
         }
         if (op.kind == OpKind::Cast) {
@@ -161,8 +186,154 @@ Tensors fused_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>& m)
           elementwise_raw(op.kind, op.compute, ptrs, strides, n);
         }
       }
+      visit(thread, start, n, base.data());
     }
   }
+}
+
+Tensors fused_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>& m) {
+  const FProgram p = parse(a);
+  Prepared r = prepare(p, in, m, p.outputs.size(), "fused_elementwise");
+  run_tiles(p, r, [](int, int64_t, int64_t, char* const*) {});
+  return std::move(r.outs);
+}
+
+// ---- FusedSum
+struct SumSpec {
+  bool keepdim = false;
+  std::vector<bool> mask;  ///< per dim of S: summed
+  size_t program = 0;      ///< where the tile program starts in ints
+};
+
+SumSpec parse_sum(const Attrs& a) {
+  const auto& v = a.ints;
+  AXLE_CHECK(v.size() >= 2 && v[1] >= 0 && size_t(v[1]) + 2 <= v.size(), "[fused_sum] malformed program");
+  SumSpec s;
+  s.keepdim = v[0] != 0;
+  for (int64_t d = 0; d < v[1]; ++d) s.mask.push_back(v[size_t(2 + d)] != 0);
+  s.program = size_t(2 + v[1]);
+  return s;
+}
+
+Shape summed_shape(const Shape& s, const std::vector<bool>& mask, bool keepdim) {
+  Shape out;
+  for (size_t d = 0; d < s.size(); ++d) {
+    if (!mask[d]) out.push_back(s[d]);
+    else if (keepdim) out.push_back(1);
+  }
+  return out;
+}
+
+std::vector<Meta> fused_sum_infer(const Tensors& in, const Attrs& a) {
+  const SumSpec s = parse_sum(a);
+  const FProgram p = parse(a, s.program);
+  AXLE_CHECK(in.size() == p.inputs.size(), "[fused_sum] expected ", p.inputs.size(), " inputs, got ", in.size());
+  AXLE_CHECK(!p.outputs.empty() && s.mask.size() == p.shape.size(), "[fused_sum] malformed program");
+  AXLE_CHECK(p.ops[size_t(p.outputs.back())].out == kFloat32, "[fused_sum] expected a float32 sum");
+  std::vector<Meta> out;
+  for (size_t k = 0; k + 1 < p.outputs.size(); ++k) out.push_back({p.shape, p.ops[size_t(p.outputs[k])].out});
+  out.push_back({summed_shape(p.shape, s.mask, s.keepdim), kFloat32});
+  return out;
+}
+
+// Where each element of S, in the order the tiles walk memory, adds into the sum: S's dims
+// in walk order (outermost first), and each one's stride in the (contiguous) result, 0 if summed.
+struct SumWalk {
+  std::vector<int64_t> size, out_stride;
+};
+
+SumWalk sum_walk(const Shape& shape, const std::vector<bool>& mask, const Tensor* layout) {
+  const size_t nd = shape.size();
+  std::vector<int64_t> out_stride(nd, 0);
+  for (int64_t d = int64_t(nd) - 1, st = 1; d >= 0; --d)
+    if (!mask[size_t(d)]) {
+      out_stride[size_t(d)] = st;
+      st *= shape[size_t(d)];
+    }
+  std::vector<size_t> order(nd);
+  for (size_t d = 0; d < nd; ++d) order[d] = d;
+  if (layout)  // dense in another order (channels-last): outermost = largest stride
+    std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) {
+      const int64_t sx = shape[x] == 1 ? 0 : layout->strides()[x], sy = shape[y] == 1 ? 0 : layout->strides()[y];
+      return sx > sy;
+    });
+  SumWalk w;
+  for (size_t d : order) {
+    if (shape[d] == 1) continue;
+    w.size.push_back(shape[d]);
+    w.out_stride.push_back(out_stride[d]);
+  }
+  if (w.size.empty()) w.size = {1}, w.out_stride = {0};
+  return w;
+}
+
+// Adds n values (elements start.. of the walk) into acc.
+void accumulate(const float* v, int64_t start, int64_t n, const SumWalk& w, double* acc) {
+  const size_t nd = w.size.size();
+  int64_t c[16];
+  int64_t off = 0;
+  for (size_t k = nd, rem = size_t(start); k-- > 0;) {
+    c[k] = int64_t(rem % size_t(w.size[k]));
+    rem /= size_t(w.size[k]);
+    off += c[k] * w.out_stride[k];
+  }
+  const int64_t inner = w.size[nd - 1], os = w.out_stride[nd - 1];
+  for (int64_t i = 0; i < n;) {
+    const int64_t len = std::min(inner - c[nd - 1], n - i);
+    const float* x = v + i;
+    if (os == 0) {  // a run along a summed dim: one result element
+      double lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      int64_t j = 0;
+      for (; j + 8 <= len; j += 8)
+        for (int l = 0; l < 8; ++l) lane[l] += double(x[j + l]);
+      double s = ((lane[0] + lane[4]) + (lane[1] + lane[5])) + ((lane[2] + lane[6]) + (lane[3] + lane[7]));
+      for (; j < len; ++j) s += double(x[j]);
+      acc[off] += s;
+    } else if (os == 1) {  // a run along a kept dim that is innermost in the result too
+      double* o = acc + off;
+      for (int64_t j = 0; j < len; ++j) o[j] += double(x[j]);
+    } else {
+      double* o = acc + off;
+      for (int64_t j = 0; j < len; ++j) o[j * os] += double(x[j]);
+    }
+    i += len;
+    c[nd - 1] += len;
+    off += len * os;
+    if (c[nd - 1] < inner) continue;
+    c[nd - 1] = 0;
+    off -= inner * os;
+    for (size_t k = nd - 1; k-- > 0;) {
+      off += w.out_stride[k];
+      if (++c[k] < w.size[k]) break;
+      off -= w.size[k] * w.out_stride[k];
+      c[k] = 0;
+    }
+  }
+}
+
+Tensors fused_sum_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>& m) {
+  const SumSpec s = parse_sum(a);
+  const FProgram p = parse(a, s.program);
+  AXLE_CHECK(s.mask.size() <= 16, "[fused_sum] expected at most 16 dims, got ", s.mask.size());
+  Prepared r = prepare(p, in, m, p.outputs.size() - 1, "fused_sum");
+  const SumWalk walk = sum_walk(p.shape, s.mask, r.same_layout ? r.layout : nullptr);
+  Tensor out = make_tensor(m.back().shape, kFloat32);
+  const size_t on = size_t(out.numel());
+  const int64_t summed = p.outputs.back();
+  // Per-thread float64 partials, added in thread order (the same result for a given thread count).
+  const int threads = shape_numel(p.shape) >= 4 * kTile ? omp_get_max_threads() : 1;
+  std::vector<double> partial(size_t(threads) * on, 0.0);
+  run_tiles(p, r, [&](int thread, int64_t start, int64_t n, char* const* base) {
+    accumulate(reinterpret_cast<const float*>(base[summed]), start, n, walk, partial.data() + size_t(thread) * on);
+  });
+  float* o = out.data<float>();
+  for (size_t j = 0; j < on; ++j) {
+    double t = 0;
+    for (int k = 0; k < threads; ++k) t += partial[size_t(k) * on + j];
+    o[j] = float(t);
+  }
+  Tensors outs = std::move(r.outs);
+  outs.push_back(out);
   return outs;
 }
 
@@ -188,5 +359,6 @@ std::vector<std::pair<int64_t, int64_t>> fused_donation_candidates(const Attrs& 
 }
 
 AXLE_REGISTER_OP(FusedElementwise, {.infer = fused_infer, .cpu = fused_cpu, .vjp = nullptr});
+AXLE_REGISTER_OP(FusedSum, {.infer = fused_sum_infer, .cpu = fused_sum_cpu, .vjp = nullptr});
 
 }  // namespace axle::ops
