@@ -1,8 +1,8 @@
 // Elementwise fusion: maximal groups of elementwise ops over one iteration shape
 // become a single FusedElementwise node (see src/ops/fused.cpp), run as one pass
 // over memory. Inputs of a group are values of that shape or single elements.
-// A float32 sum of a group's value joins the group (FusedSum): the value is summed tile
-// by tile as it is computed, so unless something else reads it, it is never written.
+// A float32 sum of a group's value that nothing else reads joins the group (FusedSum):
+// the value is summed tile by tile as it is computed and never written.
 #include <algorithm>
 #include <map>
 
@@ -74,14 +74,20 @@ class FusionPass final : public Pass {
     std::vector<bool> is_program_output(n, false);
     for (const Ref& r : p.outputs) is_program_output[size_t(r.node)] = true;
 
-    // The sum each group takes in (the first float32 sum of one of its members), if any.
+    // The sum each group takes in, if any: the first float32 sum of a member that nothing
+    // else outside the group reads. (A value written out anyway is summed by the sum kernel
+    // instead: fusing would save only a re-read, and the plain sum keeps eager's exact
+    // summation order, so a training step's gradients stay bit-identical to the cpu path.)
     std::vector<int> sum_of(groups.size(), -1);
     for (size_t i = 0; i < n; ++i) {
       const PNode& nd = p.nodes[i];
       if (nd.dead || nd.kind != NodeKind::Op || nd.op != OpKind::Sum || nd.operands.size() != 1) continue;
       const Ref& r = nd.operands[0];
-      if (r.node < 0 || r.index != 0 || group_of[size_t(r.node)] < 0) continue;
+      if (r.node < 0 || r.index != 0 || group_of[size_t(r.node)] < 0 || is_program_output[size_t(r.node)]) continue;
       const int g = group_of[size_t(r.node)];
+      bool only_sum = true;
+      for (int u : users[size_t(r.node)]) only_sum = only_sum && (u == int(i) || group_of[size_t(u)] == g);
+      if (!only_sum) continue;
       const int64_t rank = int64_t(meta(r).shape.size());
       bool dims_ok = !nd.attrs.ints.empty() && rank <= 16;
       for (size_t k = 1; k < nd.attrs.ints.size(); ++k)

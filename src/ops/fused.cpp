@@ -12,10 +12,11 @@
 //   [n_donate, (out k, input j) * n_donate] optional, added when lowering: output k may be
 //                                           written over input j if nobody else holds it
 //
-// FusedSum: a sum whose input is such a chain (e.g. sum(x * x), a loss's mean((a - b)^2)).
-// Its ints are {keepdim, n, mask * n} (mask[d] = 1: dim d of S is summed) followed by a
-// tile program whose last output is the summed op: each tile's values are added into
-// per-thread float64 partials and never written out. Its other outputs are written as usual.
+// FusedSum: a sum whose input is such a chain and read by nothing else (e.g. sum(x * x),
+// a loss's mean((a - b)^2)). Its ints are {keepdim, n, mask * n} (mask[d] = 1: dim d of S
+// is summed) followed by a tile program whose last output is the summed op: each tile's
+// values are added into per-thread float64 partials and never written out. Its other
+// outputs are written as usual.
 #include <omp.h>
 
 #include <algorithm>
