@@ -1,4 +1,7 @@
 // Tensor handle methods, factories, element access and printing.
+#include <omp.h>
+
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -366,7 +369,13 @@ template <class T>
 void fill_typed(char* p, int64_t n, double v) {
   T x = static_cast<T>(v);
   T* q = reinterpret_cast<T*>(p);
-#pragma omp parallel for if (n > (1 << 16))
+  // Small fills (every scalar operand) stay out of OpenMP: even a one-thread region
+  // allocates and frees a team.
+  if (n <= (1 << 16) || omp_get_max_threads() == 1) {
+    std::fill(q, q + n, x);
+    return;
+  }
+#pragma omp parallel for
   for (int64_t i = 0; i < n; ++i) q[i] = x;
 }
 void fill(const Tensor& t, double v) {

@@ -89,6 +89,8 @@ std::vector<Meta> fused_infer(const Tensors& in, const Attrs& a) {
 }
 
 constexpr int64_t kTile = 1024;
+// Whether a program over numel elements runs its tiles on a team of threads.
+bool parallel_tiles(int64_t numel) { return numel >= 4 * kTile && omp_get_max_threads() > 1; }
 
 // Inputs and outputs of one run of a tile program, laid out for the tile walk.
 struct Prepared {
@@ -149,46 +151,59 @@ void run_tiles(const FProgram& p, const Prepared& r, Visit&& visit) {
   const int64_t numel = shape_numel(p.shape);
   const int64_t ntiles = (numel + kTile - 1) / kTile;
   const size_t nops = p.ops.size();
-#pragma omp parallel if (numel >= 4 * kTile)
-  {
-    // Per-thread tile scratch, kept across calls (no allocation or zero-fill per call).
-    thread_local std::vector<char> scratch;
-    if (scratch.size() < nops * size_t(kTile) * 8) scratch.resize(nops * size_t(kTile) * 8);
-    std::vector<char*> base(nops);
-    std::vector<int64_t> isz(nops);
-    const int thread = omp_get_thread_num();
-#pragma omp for schedule(static)
-    for (int64_t t = 0; t < ntiles; ++t) {
-      const int64_t start = t * kTile, n = std::min(kTile, numel - start);
-      for (size_t i = 0; i < nops; ++i) {
-        const FOp& op = p.ops[i];
-        isz[i] = int64_t(itemsize(op.out));
-        base[i] = r.out_of[i] >= 0 ? r.outs[size_t(r.out_of[i])].impl()->data() + start * isz[i]
-                                   : scratch.data() + i * size_t(kTile) * 8;
-        char* ptrs[4] = {base[i], nullptr, nullptr, nullptr};
-        int64_t strides[4] = {isz[i], 0, 0, 0};
-        for (size_t k = 0; k < op.refs.size(); ++k) {
-          int64_t ref = op.refs[k];
-          if (ref >= 0) {
-            ptrs[k + 1] = base[size_t(ref)];
-            strides[k + 1] = isz[size_t(ref)];
-          } else {
-            const size_t j = size_t(-(ref + 1));
-            const int64_t s = int64_t(itemsize(p.inputs[j].first));
-            const bool scalar = p.inputs[j].second;
-            ptrs[k + 1] = r.inputs[j].impl()->data() + (scalar ? 0 : start * s);
-            strides[k + 1] = scalar ? 0 : s;
-          }
-        }
-        if (op.kind == OpKind::Cast) {
-          DType from = op.refs[0] >= 0 ? p.ops[size_t(op.refs[0])].out : p.inputs[size_t(-(op.refs[0] + 1))].first;
-          cpu::cast_raw(from, op.out, ptrs, strides, n);
+  // Runs tile t on `thread`; base/isz are that thread's per-op pointers and item sizes.
+  auto tile = [&](int thread, int64_t t, char* scratch, char** base, int64_t* isz) {
+    const int64_t start = t * kTile, n = std::min(kTile, numel - start);
+    for (size_t i = 0; i < nops; ++i) {
+      const FOp& op = p.ops[i];
+      isz[i] = int64_t(itemsize(op.out));
+      base[i] = r.out_of[i] >= 0 ? r.outs[size_t(r.out_of[i])].impl()->data() + start * isz[i]
+                                 : scratch + i * size_t(kTile) * 8;
+      char* ptrs[4] = {base[i], nullptr, nullptr, nullptr};
+      int64_t strides[4] = {isz[i], 0, 0, 0};
+      for (size_t k = 0; k < op.refs.size(); ++k) {
+        int64_t ref = op.refs[k];
+        if (ref >= 0) {
+          ptrs[k + 1] = base[size_t(ref)];
+          strides[k + 1] = isz[size_t(ref)];
         } else {
-          elementwise_raw(op.kind, op.compute, ptrs, strides, n);
+          const size_t j = size_t(-(ref + 1));
+          const int64_t s = int64_t(itemsize(p.inputs[j].first));
+          const bool scalar = p.inputs[j].second;
+          ptrs[k + 1] = r.inputs[j].impl()->data() + (scalar ? 0 : start * s);
+          strides[k + 1] = scalar ? 0 : s;
         }
       }
-      visit(thread, start, n, base.data());
+      if (op.kind == OpKind::Cast) {
+        DType from = op.refs[0] >= 0 ? p.ops[size_t(op.refs[0])].out : p.inputs[size_t(-(op.refs[0] + 1))].first;
+        cpu::cast_raw(from, op.out, ptrs, strides, n);
+      } else {
+        elementwise_raw(op.kind, op.compute, ptrs, strides, n);
+      }
     }
+    visit(thread, start, n, base);
+  };
+  // Per-thread tile scratch, kept across calls (no allocation or zero-fill per call).
+  auto scratch_of_thread = [&]() -> char* {
+    thread_local std::vector<char> scratch;
+    if (scratch.size() < nops * size_t(kTile) * 8) scratch.resize(nops * size_t(kTile) * 8);
+    return scratch.data();
+  };
+  if (!parallel_tiles(numel)) {  // inline: even a one-thread OpenMP region allocates a team
+    std::vector<char*> base(nops);
+    std::vector<int64_t> isz(nops);
+    char* scratch = scratch_of_thread();
+    for (int64_t t = 0; t < ntiles; ++t) tile(0, t, scratch, base.data(), isz.data());
+    return;
+  }
+#pragma omp parallel
+  {
+    std::vector<char*> base(nops);
+    std::vector<int64_t> isz(nops);
+    char* scratch = scratch_of_thread();
+    const int thread = omp_get_thread_num();
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < ntiles; ++t) tile(thread, t, scratch, base.data(), isz.data());
   }
 }
 
@@ -322,7 +337,7 @@ Tensors fused_sum_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>
   const size_t on = size_t(out.numel());
   const int64_t summed = p.outputs.back();
   // Per-thread float64 partials, added in thread order (the same result for a given thread count).
-  const int threads = shape_numel(p.shape) >= 4 * kTile ? omp_get_max_threads() : 1;
+  const int threads = parallel_tiles(shape_numel(p.shape)) ? omp_get_max_threads() : 1;
   std::vector<double> partial(size_t(threads) * on, 0.0);
   run_tiles(p, r, [&](int thread, int64_t start, int64_t n, char* const* base) {
     accumulate(reinterpret_cast<const float*>(base[summed]), start, n, walk, partial.data() + size_t(thread) * on);

@@ -68,8 +68,10 @@ void TensorIter::run(F&& f) const {
   };
   int64_t inner_strides[kMaxArgs];
   for (int a = 0; a < nargs; ++a) inner_strides[a] = strides[a][ndim - 1];
+  // Small loops (and one thread) run inline: even a one-thread OpenMP region allocates a team.
+  const bool serial = numel < kParallelGrain || omp_get_max_threads() == 1;
   if (outer == 1) {
-    if (numel < kParallelGrain) {
+    if (serial) {
       char* p[kMaxArgs];
       for (int a = 0; a < nargs; ++a) p[a] = ptrs[a];
       f(p, inner_strides, numel);
@@ -89,7 +91,15 @@ void TensorIter::run(F&& f) const {
     }
     return;
   }
-#pragma omp parallel for schedule(static) if (numel >= kParallelGrain)
+  if (serial) {
+    char* p[kMaxArgs];
+    for (int64_t o = 0; o < outer; ++o) {
+      run_outer(o, p);
+      f(p, inner_strides, inner);
+    }
+    return;
+  }
+#pragma omp parallel for schedule(static)
   for (int64_t o = 0; o < outer; ++o) {
     char* p[kMaxArgs];
     run_outer(o, p);
