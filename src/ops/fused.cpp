@@ -231,15 +231,6 @@ SumSpec parse_sum(const Attrs& a) {
   return s;
 }
 
-Shape summed_shape(const Shape& s, const std::vector<bool>& mask, bool keepdim) {
-  Shape out;
-  for (size_t d = 0; d < s.size(); ++d) {
-    if (!mask[d]) out.push_back(s[d]);
-    else if (keepdim) out.push_back(1);
-  }
-  return out;
-}
-
 std::vector<Meta> fused_sum_infer(const Tensors& in, const Attrs& a) {
   const SumSpec s = parse_sum(a);
   const FProgram p = parse(a, s.program);
@@ -248,7 +239,7 @@ std::vector<Meta> fused_sum_infer(const Tensors& in, const Attrs& a) {
   AXLE_CHECK(p.ops[size_t(p.outputs.back())].out == kFloat32, "[fused_sum] expected a float32 sum");
   std::vector<Meta> out;
   for (size_t k = 0; k + 1 < p.outputs.size(); ++k) out.push_back({p.shape, p.ops[size_t(p.outputs[k])].out});
-  out.push_back({summed_shape(p.shape, s.mask, s.keepdim), kFloat32});
+  out.push_back({reduced_shape(p.shape, s.mask, s.keepdim), kFloat32});
   return out;
 }
 

@@ -83,6 +83,8 @@ Tensor sum_to(const Tensor& g, const Shape& shape);
 namespace axle::ops {
 /// Broadcast result shape of two shapes (numpy rules); `op` names the caller in errors.
 Shape broadcast_shape(const Shape& a, const Shape& b, const char* op);
+/// `s` with the dims where m is true removed (kept as 1 with keepdim): a reduction's result shape.
+Shape reduced_shape(const Shape& s, const std::vector<bool>& m, bool keepdim);
 /// True for the ops the fused-elementwise kernel can run (unary, binary, where, cast).
 bool is_elementwise(OpKind k);
 /// The dtype an elementwise op computes in, given its operand dtypes.

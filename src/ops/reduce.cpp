@@ -45,14 +45,6 @@ std::vector<bool> reduce_mask(const Shape& shape, const std::vector<int64_t>& in
   return m;
 }
 
-Shape reduced_shape(const Shape& s, const std::vector<bool>& m, bool keepdim) {
-  Shape out;
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (!m[i]) out.push_back(s[i]);
-    else if (keepdim) out.push_back(1);
-  }
-  return out;
-}
 
 /// Makes `x` (cast to `t`) contiguous and describes the reduction over mask `m` as [O, R, I].
 /// Permutes and copies when the reduced dims are not one contiguous block.
@@ -814,6 +806,15 @@ Tensors nll_bwd_vjp(const VjpArgs& v) {
 }
 
 }  // namespace
+
+Shape reduced_shape(const Shape& s, const std::vector<bool>& m, bool keepdim) {
+  Shape out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (!m[i]) out.push_back(s[i]);
+    else if (keepdim) out.push_back(1);
+  }
+  return out;
+}
 
 AXLE_REGISTER_OP(Sum, {.infer = reduce_infer<RK::Sum>, .cpu = reduce_cpu<RK::Sum>, .vjp = sum_vjp});
 AXLE_REGISTER_OP(Amax, {.infer = reduce_infer<RK::Max>, .cpu = reduce_cpu<RK::Max>, .vjp = minmax_vjp});
