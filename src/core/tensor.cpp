@@ -1,6 +1,4 @@
 // Tensor handle methods, factories, element access and printing.
-#include <omp.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -12,6 +10,7 @@
 #include "axle/generator.h"
 #include "axle/ops.h"
 #include "autograd/node.h"
+#include "backend/cpu/loops.h"
 #include "core/tensor_impl.h"
 #include "lazy/ir.h"
 #include "ops/op.h"
@@ -369,9 +368,7 @@ template <class T>
 void fill_typed(char* p, int64_t n, double v) {
   T x = static_cast<T>(v);
   T* q = reinterpret_cast<T*>(p);
-  // Small fills (every scalar operand) stay out of OpenMP: even a one-thread region
-  // allocates and frees a team.
-  if (n <= (1 << 16) || omp_get_max_threads() == 1) {
+  if (!cpu::use_team(n, (1 << 16) + 1)) {  // small fills: every scalar operand
     std::fill(q, q + n, x);
     return;
   }

@@ -89,8 +89,6 @@ std::vector<Meta> fused_infer(const Tensors& in, const Attrs& a) {
 }
 
 constexpr int64_t kTile = 1024;
-// Whether a program over numel elements runs its tiles on a team of threads.
-bool parallel_tiles(int64_t numel) { return numel >= 4 * kTile && omp_get_max_threads() > 1; }
 
 // Inputs and outputs of one run of a tile program, laid out for the tile walk.
 struct Prepared {
@@ -189,7 +187,7 @@ void run_tiles(const FProgram& p, const Prepared& r, Visit&& visit) {
     if (scratch.size() < nops * size_t(kTile) * 8) scratch.resize(nops * size_t(kTile) * 8);
     return scratch.data();
   };
-  if (!parallel_tiles(numel)) {  // inline: even a one-thread OpenMP region allocates a team
+  if (!cpu::use_team(numel, 4 * kTile)) {
     std::vector<char*> base(nops);
     std::vector<int64_t> isz(nops);
     char* scratch = scratch_of_thread();
@@ -328,7 +326,7 @@ Tensors fused_sum_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>
   const size_t on = size_t(out.numel());
   const int64_t summed = p.outputs.back();
   // Per-thread float64 partials, added in thread order (the same result for a given thread count).
-  const int threads = parallel_tiles(shape_numel(p.shape)) ? omp_get_max_threads() : 1;
+  const int threads = cpu::use_team(shape_numel(p.shape), 4 * kTile) ? omp_get_max_threads() : 1;
   std::vector<double> partial(size_t(threads) * on, 0.0);
   run_tiles(p, r, [&](int thread, int64_t start, int64_t n, char* const* base) {
     accumulate(reinterpret_cast<const float*>(base[summed]), start, n, walk, partial.data() + size_t(thread) * on);

@@ -19,6 +19,12 @@ namespace axle::cpu {
 /// Elements below this run on one thread.
 constexpr int64_t kParallelGrain = 32768;
 
+/// Whether `work` elements (at least `grain`) are worth an OpenMP team. Callers run the loop
+/// inline otherwise: libgomp allocates and frees a team even for a one-thread region.
+inline bool use_team(int64_t work, int64_t grain = kParallelGrain) {
+  return work >= grain && omp_get_max_threads() > 1;
+}
+
 struct TensorIter {
   static constexpr int kMaxArgs = 4;
   static constexpr int kMaxDims = 12;
@@ -68,8 +74,7 @@ void TensorIter::run(F&& f) const {
   };
   int64_t inner_strides[kMaxArgs];
   for (int a = 0; a < nargs; ++a) inner_strides[a] = strides[a][ndim - 1];
-  // Small loops (and one thread) run inline: even a one-thread OpenMP region allocates a team.
-  const bool serial = numel < kParallelGrain || omp_get_max_threads() == 1;
+  const bool serial = !use_team(numel);
   if (outer == 1) {
     if (serial) {
       char* p[kMaxArgs];
