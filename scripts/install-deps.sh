@@ -5,6 +5,7 @@ set -euo pipefail
 PKGS=(
   cmake ninja-build g++ make pkg-config
   libdnnl-dev          # oneDNN: matmul, conv, pooling kernels
+  ocl-icd-opencl-dev   # oneDNN's CMake config requires OpenCL (only "Recommends" in Debian)
   libgloo-dev          # CPU collectives (multi-process training)
   dataset-fashion-mnist zlib1g-dev
   nlohmann-json3-dev libcli11-dev libfmt-dev
