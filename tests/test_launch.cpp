@@ -97,7 +97,9 @@ TEST(Launch, DeviceInsideTheLaunchedFunctionWorks) {
 }
 
 TEST(Launch, NprocsAndTheOlderSpellings) {
-  const pid_t me = ::getpid();
+  // This test's own process (a child re-running this body inherits the variable).
+  if (!in_launched_child()) ::setenv("AXLE_LTEST_PARENT", std::to_string(::getpid()).c_str(), 1);
+  const pid_t me = std::atoi(std::getenv("AXLE_LTEST_PARENT"));
   prepare_launch();
   launch([me](int rank) {
     if (runtime::world_size() != 2 || runtime::global_ordinal() != rank || ::getpid() == me)

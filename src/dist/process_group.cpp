@@ -469,8 +469,8 @@ class Agreement {
 
   std::vector<std::string> exchange(const std::string& step, const std::string& value) {
     set(key(step, rank_), value);
-    std::vector<std::string> got(size_t(world_));
-    std::vector<bool> have(size_t(world_), false);
+    std::vector<std::string> got(static_cast<size_t>(world_));
+    std::vector<bool> have(static_cast<size_t>(world_), false);
     while (true) {
       int missing = 0;
       for (int r = 0; r < world_; ++r) {
