@@ -115,6 +115,8 @@ class TwoHosts {
   TwoHosts& operator=(const TwoHosts&) = delete;
 
   bool ok() const { return ok_; }
+  /// The veth end inside host B.
+  std::string b_interface() const { return b_.substr(0, b_.size() - 1) + "y"; }
   /// Prefix that runs a command on host A or B.
   std::string on(char host) const { return ip_ + " netns exec " + (host == 'a' ? a_ : b_) + " "; }
 
@@ -214,6 +216,15 @@ TEST(MultiHost, TwoNamespaceHostsTrainLikeOneLaunch) {
   // Across hosts the gradients went through Gloo's TCP transport, never shared memory.
   EXPECT_GT(h.at("counters").value("CollectiveAllReduce", 0), 0);
   EXPECT_EQ(h.at("counters").value("CollectiveAllReduceShm", 0), 0);
+
+  // Rank 0 reaches its own store over loopback (as when MASTER_ADDR is its host name and
+  // /etc/hosts maps that to 127.0.1.1): it advertises the address rank 1 reached it at.
+  // Rank 1 names its interface with GLOO_SOCKET_IFNAME, as in PyTorch.
+  const std::vector<Rank> again = run_two(hosts, d, common + "--json '" + (d / "again.json") + "'",
+                                          {"MASTER_ADDR=127.0.0.1", "GLOO_SOCKET_IFNAME=" + hosts.b_interface()});
+  for (int r = 0; r < 2; ++r)
+    ASSERT_EQ(again[size_t(r)].status, 0) << "rank " << r << ":\n" << again[size_t(r)].out << again[size_t(r)].err;
+  EXPECT_EQ(nlohmann::json::parse(slurp(d / "again.json")).at("losses").get<std::vector<double>>(), lh);
 }
 
 // A rank that cannot take part makes both fail at once, with the same one-line message,

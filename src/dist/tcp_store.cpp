@@ -10,8 +10,10 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -220,7 +222,14 @@ class TcpStoreImpl final : public TcpStore {
         for (addrinfo* a = res; a; a = a->ai_next) {
           int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
           if (fd < 0) continue;
+          // A host that drops the connection attempt must not hold us past the deadline.
+          const auto left = std::chrono::duration_cast<std::chrono::microseconds>(deadline - std::chrono::steady_clock::now());
+          const int64_t us = std::max<int64_t>(100000, left.count());
+          timeval tv{time_t(us / 1000000), suseconds_t(us % 1000000)};
+          ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
           if (::connect(fd, a->ai_addr, a->ai_addrlen) == 0) {
+            timeval none{0, 0};
+            ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &none, sizeof none);
             int one = 1;
             ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
             fd_ = fd;
