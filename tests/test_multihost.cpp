@@ -115,7 +115,8 @@ class TwoHosts {
   TwoHosts& operator=(const TwoHosts&) = delete;
 
   bool ok() const { return ok_; }
-  /// The veth end inside host B.
+  /// The veth ends inside hosts A and B.
+  std::string a_interface() const { return a_.substr(0, a_.size() - 1) + "x"; }
   std::string b_interface() const { return b_.substr(0, b_.size() - 1) + "y"; }
   /// Prefix that runs a command on host A or B.
   std::string on(char host) const { return ip_ + " netns exec " + (host == 'a' ? a_ : b_) + " "; }
@@ -225,6 +226,17 @@ TEST(MultiHost, TwoNamespaceHostsTrainLikeOneLaunch) {
   for (int r = 0; r < 2; ++r)
     ASSERT_EQ(again[size_t(r)].status, 0) << "rank " << r << ":\n" << again[size_t(r)].out << again[size_t(r)].err;
   EXPECT_EQ(nlohmann::json::parse(slurp(d / "again.json")).at("losses").get<std::vector<double>>(), lh);
+
+  // The rendezvous through a directory both hosts see (AXLE_RENDEZVOUS_DIR) instead of
+  // MASTER_ADDR: with no connection to take an address from, the interfaces are named.
+  fs::create_directories(d / "rdzv");
+  const std::string dir = "AXLE_RENDEZVOUS_DIR='" + (d / "rdzv") + "' ";
+  const std::vector<Rank> shared = run_two(hosts, d, common + "--json '" + (d / "shared.json") + "'",
+                                           {dir + "GLOO_SOCKET_IFNAME=" + hosts.a_interface(),
+                                            dir + "GLOO_SOCKET_IFNAME=" + hosts.b_interface()});
+  for (int r = 0; r < 2; ++r)
+    ASSERT_EQ(shared[size_t(r)].status, 0) << "rank " << r << ":\n" << shared[size_t(r)].out << shared[size_t(r)].err;
+  EXPECT_EQ(nlohmann::json::parse(slurp(d / "shared.json")).at("losses").get<std::vector<double>>(), lh);
 }
 
 // A rank that cannot take part makes both fail at once, with the same one-line message,

@@ -476,8 +476,7 @@ class Agreement {
       for (int r = 0; r < world_; ++r) {
         if (have[size_t(r)]) continue;
         if (has_(key(step, r))) {
-          const std::vector<char> v = store_.get(key(step, r));
-          got[size_t(r)].assign(v.begin(), v.end());
+          got[size_t(r)] = get(key(step, r));
           have[size_t(r)] = true;
           if (step == "join") joined_.push_back(r);
         } else {
@@ -506,8 +505,7 @@ class Agreement {
     std::string msg = "[dist] rendezvous of " + std::to_string(world_) + " ranks at " + where_ + " failed: " + why;
     try {
       if (!has_("axle.abort")) set("axle.abort", msg);
-      const std::vector<char> v = store_.get("axle.abort");
-      msg.assign(v.begin(), v.end());
+      msg = get("axle.abort");
       set(key("ack", rank_), "");
       // Rank 0 serves the TCP store: it stays until the ranks that joined have read the message.
       const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(3);
@@ -523,7 +521,15 @@ class Agreement {
 
  private:
   static std::string key(const std::string& step, int r) { return "axle." + step + "." + std::to_string(r); }
-  void set(const std::string& k, const std::string& v) { store_.set(k, std::vector<char>(v.begin(), v.end())); }
+  // Values carry a leading '=': gloo's FileStore refuses empty ones.
+  void set(const std::string& k, const std::string& v) {
+    const std::string s = "=" + v;
+    store_.set(k, std::vector<char>(s.begin(), s.end()));
+  }
+  std::string get(const std::string& k) {
+    const std::vector<char> v = store_.get(k);
+    return v.empty() ? std::string() : std::string(v.begin() + 1, v.end());
+  }
   std::string fmt_seconds() const {
     char b[32];
     std::snprintf(b, sizeof b, "%g s", timeout_s_);
