@@ -80,7 +80,7 @@ void run_here(const std::function<void(int)>& fn, int index) {
   fn(index);
 }
 
-// Where nothing chose the process count: "world_size", and whether a setting chose it.
+// The process count, and whether a setting chose it (nothing set: 1).
 std::pair<int, bool> world_size_from(const LaunchOptions& o) {
   AXLE_CHECK(o.nprocs >= 0 && o.world_size >= 0, "[launch] expected nprocs >= 0 (0: from the environment), got ",
              o.nprocs ? o.nprocs : o.world_size);

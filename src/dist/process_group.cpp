@@ -502,7 +502,8 @@ class Agreement {
   /// one ("" : just throw the stored one).
   [[noreturn]] void fail(const std::string& why) {
     detail::note_comm_failure();
-    std::string msg = "[dist] rendezvous of " + std::to_string(world_) + " ranks at " + where_ + " failed: " + why;
+    std::string msg = "[dist] rendezvous of " + std::to_string(world_) + " ranks at " + where_ + " failed: " +
+                      (why.empty() ? "another rank failed, and its message was lost with the store" : why);
     try {
       if (!has_("axle.abort")) set("axle.abort", msg);
       msg = get("axle.abort");
