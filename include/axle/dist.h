@@ -31,19 +31,29 @@
 namespace axle {
 
 struct LaunchOptions {
-  /// Processes to start. 0: AXLE_NUM_DEVICES (alias CPU_NUM_DEVICES), else 1.
+  /// Processes to start, one per device (torch_xla's `nprocs`). 0: AXLE_NUM_DEVICES
+  /// (alias CPU_NUM_DEVICES), else 1, with a note on stderr when the machine has more
+  /// cores. There is no `start_method`: every rank is a freshly started copy of this
+  /// program (torch_xla's default, 'spawn').
+  int nprocs = 0;
+  /// The older name of `nprocs` (set one of them).
   int world_size = 0;
+  /// torch_xla's `debug_single_process`: run fn(0) in this process, spawning nothing.
+  bool debug_single_process = false;
   /// Rendezvous and collective timeout, in seconds.
   double timeout_s = 300;
   /// Prefix each line a child prints with "[rank N] ".
   bool prefix_output = true;
 };
 
-/// Runs fn(index) on `world_size` processes and waits for all of them; throws
+/// Runs fn(index) on `nprocs` processes and waits for all of them; throws
 /// axle::Error "[launch] rank N failed: ..." if one fails (the others are killed).
+///   axle::launch(fn, {.nprocs = 4});          // torch_xla.launch(fn) with 4 devices
+///   axle::launch(fn, {.debug_single_process = true});
 /// Under an external launcher (RANK / WORLD_SIZE / LOCAL_RANK in the environment)
-/// it spawns nothing and runs fn(LOCAL_RANK) here. Throws if this process already
-/// used the xla device (use it only inside fn).
+/// it spawns nothing and runs fn(LOCAL_RANK) here. Throws (seed anti-pattern 1,
+/// "Don't call device() before launch()") if this process called axle::device() or
+/// used the xla device outside a launched function: call it only inside fn.
 void launch(const std::function<void(int)>& fn, const LaunchOptions& opts = {});
 
 namespace xmp {

@@ -29,6 +29,10 @@ void shutdown_groups();
 void note_comm_failure();
 bool had_comm_failure();
 
+/// Called by axle::device() (and xm::xla_device()): outside a launched function that
+/// makes a later launch() fail (seed anti-pattern 1).
+void note_device_requested();
+
 /// "sum", "mean", "min", "max".
 const char* reduce_op_name(ReduceOp op);
 

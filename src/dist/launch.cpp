@@ -45,16 +45,50 @@ int64_t mono_ns() {
   return int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec;
 }
 
+// Seed anti-pattern 1. What a process did with the xla device outside launched functions:
+// axle::device() calls, and xla tensors (the counter, less those created by functions that
+// launch() ran in this process).
+std::atomic<bool> g_device_requested{false};
+std::atomic<bool> g_in_launched_fn{false};
+int64_t g_tensors_in_fns = 0;
+
 void check_device_unused(const char* where) {
-  const int64_t n = metrics::counter_value("CreateXlaTensor");
-  AXLE_CHECK(n == 0, "[launch] the xla device was used before launch() in this process (", n,
-             " xla tensors created ", where, "): device used before launch() breaks multi-process training; "
-             "create models and tensors on axle::device() only inside the launched function");
+  const int64_t n = metrics::counter_value("CreateXlaTensor") - g_tensors_in_fns;
+  const bool asked = g_device_requested;
+  if (n <= 0 && !asked) return;
+  std::string what = asked ? "called axle::device() (or xm::xla_device())" : "";
+  if (n > 0) what += std::string(asked ? " and " : "") + "created " + std::to_string(n) + " xla tensor" + (n == 1 ? "" : "s");
+  AXLE_FAIL("[launch] Don't call device() before launch() (anti-pattern 1 of the training-loop patterns): this process ",
+            what, " ", where, ", and a device used before launch() breaks multi-process training (every process "
+            "must set up its own device). Fix: call axle::device(), and create models and tensors on it, only inside "
+            "the function you pass to launch(): launch([](int index) { auto dev = axle::device(); ... })");
 }
 
-int world_size_from(const LaunchOptions& o) {
-  if (o.world_size > 0) return o.world_size;
-  AXLE_CHECK(o.world_size == 0, "[launch] expected world_size >= 0 (0: from the environment), got ", o.world_size);
+// Runs a launched function in this process (one process, or an external launcher's rank):
+// what it does with the device is not "before launch()" for a later launch() call.
+void run_here(const std::function<void(int)>& fn, int index) {
+  struct Scope {
+    int64_t before = metrics::counter_value("CreateXlaTensor");
+    bool asked = g_device_requested;
+    Scope() { g_in_launched_fn = true; }
+    ~Scope() {
+      g_tensors_in_fns += metrics::counter_value("CreateXlaTensor") - before;
+      g_device_requested = asked;
+      g_in_launched_fn = false;
+    }
+  } scope;
+  fn(index);
+}
+
+// The process count, and whether a setting chose it (nothing set: 1).
+std::pair<int, bool> world_size_from(const LaunchOptions& o) {
+  AXLE_CHECK(o.nprocs >= 0 && o.world_size >= 0, "[launch] expected nprocs >= 0 (0: from the environment), got ",
+             o.nprocs ? o.nprocs : o.world_size);
+  AXLE_CHECK(!(o.nprocs > 0 && o.world_size > 0 && o.nprocs != o.world_size),
+             "[launch] nprocs and world_size (its older name) disagree: ", o.nprocs, " and ", o.world_size,
+             "; set only nprocs");
+  if (o.nprocs > 0) return {o.nprocs, true};
+  if (o.world_size > 0) return {o.world_size, true};
   for (const char* name : {"AXLE_NUM_DEVICES", "CPU_NUM_DEVICES"}) {
     const char* v = std::getenv(name);
     if (!v || !*v) continue;
@@ -62,9 +96,9 @@ int world_size_from(const LaunchOptions& o) {
     long n = std::strtol(v, &end, 10);
     AXLE_CHECK(end && *end == '\0' && n >= 1 && n <= 4096, "[launch] expected ", name,
                " to be a positive process count, got '", v, "'");
-    return int(n);
+    return {int(n), true};
   }
-  return 1;
+  return {1, false};
 }
 
 // ---------------- child side ----------------
@@ -440,7 +474,8 @@ void launch(const std::function<void(int)>& fn, const LaunchOptions& opts) {
   // earlier calls were done by the parent already, so a child skips them.
   static int calls = 0;
   const int seq = calls++;
-  AXLE_CHECK(!g_child_ran, "[launch] launch() called inside a launched function: nested launches are not supported");
+  AXLE_CHECK(!g_child_ran && !g_in_launched_fn,
+             "[launch] launch() called inside a launched function: nested launches are not supported");
   if (j.child) {
     const char* target = std::getenv(dist::detail::kEnvSeq);
     if (target && seq < std::atoi(target)) return;
@@ -450,12 +485,26 @@ void launch(const std::function<void(int)>& fn, const LaunchOptions& opts) {
   if (j.external) {
     // torchrun-style: this process is one rank already.
     j.timeout_s = opts.timeout_s;
-    fn(j.local);
+    run_here(fn, j.local);
     return;
   }
-  const int world = world_size_from(opts);
+  if (opts.debug_single_process) {
+    run_here(fn, 0);
+    return;
+  }
+  const auto [world, chosen] = world_size_from(opts);
   if (world == 1) {
-    fn(0);
+    static bool noted = false;
+    const unsigned cores = std::thread::hardware_concurrency();
+    if (!chosen && cores > 1 && !noted) {
+      noted = true;
+      std::fprintf(stderr,
+                   "[launch] note: running 1 process, as nothing set the process count; this machine has %u cores: to run N "
+                   "processes (one per device, about %u/N threads each) pass launch(fn, {.nprocs = N}) or set "
+                   "AXLE_NUM_DEVICES=N ({.nprocs = 1} keeps one process without this note)\n",
+                   cores, cores);
+    }
+    run_here(fn, 0);
     return;
   }
   Job job_(world, opts, seq);
@@ -463,7 +512,13 @@ void launch(const std::function<void(int)>& fn, const LaunchOptions& opts) {
 }
 
 namespace xmp {
-void spawn(const std::function<void(int)>& fn, int nprocs) { launch(fn, {.world_size = nprocs}); }
+void spawn(const std::function<void(int)>& fn, int nprocs) { launch(fn, {.nprocs = nprocs}); }
 }  // namespace xmp
+
+namespace dist::detail {
+void note_device_requested() {
+  if (!g_in_launched_fn) g_device_requested = true;
+}
+}  // namespace dist::detail
 
 }  // namespace axle

@@ -1,9 +1,21 @@
 // ProcessGroup on Gloo (TCP transport), the group registry and the job description.
 //
 // One host (children of axle::launch): rendezvous through a gloo FileStore in the
-// job's private directory. External launchers: AXLE_RENDEZVOUS_DIR (a fresh shared
-// directory) or MASTER_ADDR:MASTER_PORT through axle's TCP store (tcp_store.cpp).
+// job's private directory, loopback addresses, all-reduce through shared memory.
+// External launchers (torchrun-style RANK / WORLD_SIZE, possibly several hosts):
+// AXLE_RENDEZVOUS_DIR (a fresh shared directory) or MASTER_ADDR:MASTER_PORT through
+// axle's TCP store (tcp_store.cpp); before Gloo connects, the ranks agree through the
+// store on the address each one advertises and check that every rank reaches every
+// other (see agree_on_addresses), so a rank that cannot join fails the whole job at
+// once with one message. These ranks always use Gloo's TCP path: nothing tells them
+// they share a host's memory.
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -11,7 +23,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <functional>
 #include <mutex>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -332,12 +347,309 @@ Registry& registry() {
   return *r;
 }
 
-std::string local_host() {
-  if (const char* h = std::getenv("AXLE_GLOO_HOST"); h && *h) return h;
-  char buf[256] = {};
-  if (::gethostname(buf, sizeof buf - 1) == 0 && buf[0]) return buf;
-  return "127.0.0.1";
+// ---- external launchers: which address each rank advertises ----
+
+// Ranks with the same identity reach each other over loopback: the same boot of the same
+// machine, and the same network namespace.
+std::string host_identity() {
+  std::string boot;
+  std::ifstream("/proc/sys/kernel/random/boot_id") >> boot;
+  char ns[128] = {};
+  const ssize_t n = ::readlink("/proc/self/ns/net", ns, sizeof ns - 1);
+  if (boot.empty()) {
+    char host[256] = {};
+    ::gethostname(host, sizeof host - 1);
+    boot = host;
+  }
+  return boot + " " + (n > 0 ? std::string(ns, size_t(n)) : std::string("net:?"));
 }
+
+bool is_loopback(const std::string& a) { return a.rfind("127.", 0) == 0 || a == "::1" || a.empty(); }
+
+// The address of interface `name` (IPv4 first, then global IPv6, then link-local IPv6);
+// "" if it has none. `seen` lists the interfaces that have one, for messages.
+std::string interface_address(const std::string& name, std::string& seen) {
+  ifaddrs* all = nullptr;
+  if (::getifaddrs(&all) != 0) return "";
+  std::string v4, v6, v6_link;
+  for (ifaddrs* i = all; i; i = i->ifa_next) {
+    if (!i->ifa_addr || (i->ifa_addr->sa_family != AF_INET && i->ifa_addr->sa_family != AF_INET6)) continue;
+    const std::string ifname = i->ifa_name;
+    if ((" " + seen + ",").find(" " + ifname + ",") == std::string::npos) seen += (seen.empty() ? "" : ", ") + ifname;
+    if (ifname != name) continue;
+    const bool v4_addr = i->ifa_addr->sa_family == AF_INET;
+    const std::string a = detail::numeric_host(i->ifa_addr, v4_addr ? sizeof(sockaddr_in) : sizeof(sockaddr_in6));
+    std::string& slot = v4_addr ? v4 : a.find('%') != std::string::npos ? v6_link : v6;
+    if (slot.empty()) slot = a;
+  }
+  ::freeifaddrs(all);
+  return !v4.empty() ? v4 : !v6.empty() ? v6 : v6_link;
+}
+
+// The first address `host` resolves to, numeric; "" if none.
+std::string resolve(const std::string& host) {
+  addrinfo hints{}, *res = nullptr;
+  hints.ai_socktype = SOCK_STREAM;
+  if (::getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0 || !res) return "";
+  const std::string a = detail::numeric_host(res->ai_addr, unsigned(res->ai_addrlen));
+  ::freeaddrinfo(res);
+  return a;
+}
+
+addrinfo* numeric_addr(const std::string& addr, int port) {
+  addrinfo hints{}, *res = nullptr;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV;
+  if (::getaddrinfo(addr.c_str(), std::to_string(port).c_str(), &hints, &res) != 0) return nullptr;
+  return res;
+}
+
+std::string bracket(const std::string& a) { return a.find(':') != std::string::npos ? "[" + a + "]" : a; }
+
+// A listening socket on addr (any port) that the other ranks connect to once, to prove
+// they can reach the address before Gloo relies on it.
+struct Probe {
+  int fd = -1, port = 0;
+  ~Probe() {
+    if (fd >= 0) ::close(fd);
+  }
+  std::string listen_on(const std::string& addr) {
+    addrinfo* a = numeric_addr(addr, 0);
+    if (!a) return "not a numeric address";
+    fd = ::socket(a->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    std::string err;
+    if (fd < 0 || ::bind(fd, a->ai_addr, a->ai_addrlen) != 0 || ::listen(fd, 256) != 0) err = std::strerror(errno);
+    ::freeaddrinfo(a);
+    if (!err.empty()) return "cannot listen on " + bracket(addr) + ": " + err;
+    sockaddr_storage sa{};
+    socklen_t len = sizeof sa;
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len);
+    port = ntohs(sa.ss_family == AF_INET ? reinterpret_cast<sockaddr_in*>(&sa)->sin_port
+                                         : reinterpret_cast<sockaddr_in6*>(&sa)->sin6_port);
+    return "";
+  }
+};
+
+// "" if a TCP connection to addr:port opens within `seconds`, else why not.
+std::string try_connect(const std::string& addr, int port, double seconds) {
+  addrinfo* a = numeric_addr(addr, port);
+  if (!a) return "not a numeric address";
+  const int fd = ::socket(a->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  std::string err;
+  if (fd < 0) {
+    err = std::strerror(errno);
+  } else if (::connect(fd, a->ai_addr, a->ai_addrlen) != 0) {
+    if (errno != EINPROGRESS) {
+      err = std::strerror(errno);
+    } else {
+      pollfd p{fd, POLLOUT, 0};
+      const int rc = ::poll(&p, 1, int(seconds * 1000));
+      int so = 0;
+      socklen_t len = sizeof so;
+      if (rc == 0) err = "no answer within " + std::to_string(int(seconds)) + " s";
+      else if (rc < 0 || ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &so, &len) != 0) err = std::strerror(errno);
+      else if (so != 0) err = std::strerror(so);
+    }
+  }
+  if (fd >= 0) ::close(fd);
+  ::freeaddrinfo(a);
+  return err;
+}
+
+// Steps every rank takes together through the store: each publishes a value per step and
+// waits for everyone's. A rank that times out, or finds a step failed, stores one message
+// under "abort"; every rank then throws that same message.
+class Agreement {
+ public:
+  Agreement(gloo::rendezvous::Store& store, std::function<bool(const std::string&)> has, int rank, int world,
+            double timeout_s, std::string where)
+      : store_(store), has_(std::move(has)), rank_(rank), world_(world), timeout_s_(timeout_s),
+        where_(std::move(where)),
+        deadline_(std::chrono::steady_clock::now() + std::chrono::milliseconds(int64_t(timeout_s * 1000))) {}
+
+  std::vector<std::string> exchange(const std::string& step, const std::string& value) {
+    set(key(step, rank_), value);
+    std::vector<std::string> got(static_cast<size_t>(world_));
+    std::vector<bool> have(static_cast<size_t>(world_), false);
+    while (true) {
+      int missing = 0;
+      for (int r = 0; r < world_; ++r) {
+        if (have[size_t(r)]) continue;
+        if (has_(key(step, r))) {
+          got[size_t(r)] = get(key(step, r));
+          have[size_t(r)] = true;
+          if (step == "join") joined_.push_back(r);
+        } else {
+          ++missing;
+        }
+      }
+      if (!missing) return got;
+      if (has_("axle.abort")) fail("");
+      if (std::chrono::steady_clock::now() > deadline_) {
+        std::string who;
+        for (int r = 0; r < world_; ++r)
+          if (!have[size_t(r)]) who += (who.empty() ? "" : ", ") + std::to_string(r);
+        fail(std::string("rank") + (missing > 1 ? "s " : " ") + who + " of " + std::to_string(world_) +
+             (step == "join" ? " did not join" : " did not finish the rendezvous (step " + step + ")") +
+             " within the " + fmt_seconds() + " timeout" +
+             (step == "join" ? " (not started, failed before it joined, or cannot reach " + where_ + ")" : ""));
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+
+  /// Stores `why` as the job's failure unless one is stored already, then throws the stored
+  /// one ("" : just throw the stored one).
+  [[noreturn]] void fail(const std::string& why) {
+    detail::note_comm_failure();
+    std::string msg = "[dist] rendezvous of " + std::to_string(world_) + " ranks at " + where_ + " failed: " +
+                      (why.empty() ? "another rank failed, and its message was lost with the store" : why);
+    try {
+      if (!has_("axle.abort")) set("axle.abort", msg);
+      msg = get("axle.abort");
+      set(key("ack", rank_), "");
+      // Rank 0 serves the TCP store: it stays until the ranks that joined have read the message.
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+      if (rank_ == 0)
+        for (int r : joined_)
+          while (!has_(key("ack", r)) && std::chrono::steady_clock::now() < until)
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    } catch (const std::exception&) {
+      // The store is gone (its rank failed): our own message it is.
+    }
+    AXLE_FAIL(msg);
+  }
+
+ private:
+  static std::string key(const std::string& step, int r) { return "axle." + step + "." + std::to_string(r); }
+  // Values carry a leading '=': gloo's FileStore refuses empty ones.
+  void set(const std::string& k, const std::string& v) {
+    const std::string s = "=" + v;
+    store_.set(k, std::vector<char>(s.begin(), s.end()));
+  }
+  std::string get(const std::string& k) {
+    const std::vector<char> v = store_.get(k);
+    return v.empty() ? std::string() : std::string(v.begin() + 1, v.end());
+  }
+  std::string fmt_seconds() const {
+    char b[32];
+    std::snprintf(b, sizeof b, "%g s", timeout_s_);
+    return b;
+  }
+
+  gloo::rendezvous::Store& store_;
+  std::function<bool(const std::string&)> has_;
+  int rank_, world_;
+  double timeout_s_;
+  std::string where_;
+  std::chrono::steady_clock::time_point deadline_;
+  std::vector<int> joined_;
+};
+
+std::vector<std::string> split_lines(const std::string& s) {
+  std::vector<std::string> out;
+  size_t start = 0, nl;
+  while ((nl = s.find('\n', start)) != std::string::npos) {
+    out.push_back(s.substr(start, nl - start));
+    start = nl + 1;
+  }
+  out.push_back(s.substr(start));
+  return out;
+}
+
+// The address this rank advertises to Gloo, agreed with every other rank: GLOO_SOCKET_IFNAME
+// (as PyTorch: the interface's address), else AXLE_GLOO_HOST, else the local address of the
+// connection to the TCP store (the address this host reaches MASTER_ADDR from), else what this
+// host's name resolves to. Never a loopback address when the ranks span hosts: the rank that
+// serves the store then takes the address the remote ranks reached it at. Every rank then
+// connects to every other's address once; any failure fails every rank with one message.
+std::string agree_on_addresses(Agreement& a, int rank, int world, const std::string& store_local,
+                               const std::string& store_master, double timeout_s) {
+  const std::string me = host_identity();
+  const std::vector<std::string> joins = a.exchange("join", me + "\n" + store_master);
+  std::vector<std::string> ids, masters;
+  for (const std::string& j : joins) {
+    const auto lines = split_lines(j);
+    ids.push_back(lines[0]);
+    masters.push_back(lines.size() > 1 ? lines[1] : "");
+  }
+  bool spans_hosts = false;
+  for (const std::string& id : ids) spans_hosts = spans_hosts || id != ids[0];
+
+  std::string addr, source, err;
+  if (const char* ifn = std::getenv("GLOO_SOCKET_IFNAME"); ifn && *ifn) {
+    std::string name = ifn;
+    name = name.substr(0, name.find(','));  // PyTorch takes a list; one interface here
+    std::string seen;
+    addr = interface_address(name, seen);
+    source = "GLOO_SOCKET_IFNAME=" + std::string(ifn);
+    if (addr.empty()) err = "no interface '" + name + "' with an IP address on this host (it has: " + seen + ")";
+  } else if (const char* h = std::getenv("AXLE_GLOO_HOST"); h && *h) {
+    addr = resolve(h);
+    source = "AXLE_GLOO_HOST=" + std::string(h);
+    if (addr.empty()) err = "'" + std::string(h) + "' does not resolve";
+  } else if (!store_local.empty()) {
+    addr = store_local;
+    source = "the local address of its connection to MASTER_ADDR";
+    if (spans_hosts && is_loopback(addr) && ids[size_t(rank)] == ids[0]) {
+      // This rank shares rank 0's host, which it reached over loopback: advertise the
+      // address the ranks on other hosts reached it at.
+      for (int r = 0; r < world && is_loopback(addr); ++r)
+        if (ids[size_t(r)] != ids[0] && !is_loopback(masters[size_t(r)])) {
+          addr = masters[size_t(r)];
+          source = "the address rank " + std::to_string(r) + " reached MASTER_ADDR at";
+        }
+    }
+  } else {
+    char host[256] = {};
+    ::gethostname(host, sizeof host - 1);
+    addr = resolve(host);
+    source = "this host's name '" + std::string(host) + "'";
+    if (addr.empty()) err = "'" + std::string(host) + "' does not resolve";
+  }
+  if (err.empty() && spans_hosts && is_loopback(addr))
+    err = "it would advertise " + addr + " (from " + source + "), a loopback address, but the ranks run on " +
+          "more than one host; set GLOO_SOCKET_IFNAME to the network interface the other hosts reach it on";
+  Probe probe;
+  if (err.empty()) {
+    const std::string why = probe.listen_on(addr);
+    if (!why.empty()) err = why + " (address from " + source + ")";
+  }
+  const std::vector<std::string> addrs =
+      a.exchange("addr", err.empty() ? addr + "\n" + std::to_string(probe.port) : "!" + err);
+  std::string errors;
+  for (int r = 0; r < world; ++r)
+    if (addrs[size_t(r)].rfind('!', 0) == 0)
+      errors += (errors.empty() ? "" : "; ") + ("rank " + std::to_string(r) + " cannot take part: ") +
+                addrs[size_t(r)].substr(1);
+  if (!errors.empty()) a.fail(errors);
+
+  std::string unreachable;
+  for (int r = 0; r < world; ++r) {
+    if (r == rank) continue;
+    const auto lines = split_lines(addrs[size_t(r)]);
+    const int port = lines.size() > 1 ? std::atoi(lines[1].c_str()) : 0;
+    const std::string why = try_connect(lines[0], port, std::min(timeout_s, 10.0));
+    if (!why.empty())
+      unreachable += (unreachable.empty() ? "" : "; ") + ("rank " + std::to_string(rank) + " cannot connect to rank " +
+                                                           std::to_string(r) + " at " + bracket(lines[0]) + ":" +
+                                                           std::to_string(port) + ": " + why);
+  }
+  const std::vector<std::string> probes = a.exchange("probe", unreachable);
+  for (const std::string& p : probes)
+    if (!p.empty()) errors += (errors.empty() ? "" : "; ") + p;
+  if (!errors.empty())
+    a.fail(errors + " (each rank advertises the local address of its connection to MASTER_ADDR unless "
+                    "GLOO_SOCKET_IFNAME names an interface)");
+  return addr;
+}
+
+// The FileStore's check(), which gloo keeps protected.
+class CheckedFileStore final : public gloo::rendezvous::FileStore {
+ public:
+  using gloo::rendezvous::FileStore::FileStore;
+  bool has(const std::string& key) { return check({key}); }
+};
 
 std::shared_ptr<ProcessGroup> make_default_group(Registry& r) {
   detail::Job& j = job();
@@ -352,17 +664,29 @@ std::shared_ptr<ProcessGroup> make_default_group(Registry& r) {
     shm_name = detail::ShmAllReduce::name_for(j.dir);
     AXLE_CHECK(!j.dir.empty(), "[dist] launched child without a rendezvous directory (", detail::kEnvDir, ")");
     r.store = std::make_unique<gloo::rendezvous::FileStore>(j.dir + "/store");
-  } else if (const char* d = std::getenv("AXLE_RENDEZVOUS_DIR"); d && *d) {
-    r.store = std::make_unique<gloo::rendezvous::FileStore>(d);
-    host = local_host();
   } else {
-    const char* addr = std::getenv("MASTER_ADDR");
-    const char* port = std::getenv("MASTER_PORT");
-    AXLE_CHECK(addr && *addr && port && *port, "[dist] world size ", j.world,
-               " without axle::launch needs MASTER_ADDR and MASTER_PORT (or AXLE_RENDEZVOUS_DIR, a fresh directory "
-               "every rank can see)");
-    r.store = detail::make_tcp_store(addr, std::atoi(port), j.rank == 0, j.world, timeout);
-    host = local_host();
+    std::function<bool(const std::string&)> has;
+    std::string where, local, master;
+    if (const char* d = std::getenv("AXLE_RENDEZVOUS_DIR"); d && *d) {
+      auto fs = std::make_unique<CheckedFileStore>(d);
+      has = [p = fs.get()](const std::string& k) { return p->has(k); };
+      r.store = std::move(fs);
+      where = "AXLE_RENDEZVOUS_DIR " + std::string(d);
+    } else {
+      const char* addr = std::getenv("MASTER_ADDR");
+      const char* port = std::getenv("MASTER_PORT");
+      AXLE_CHECK(addr && *addr && port && *port, "[dist] world size ", j.world,
+                 " without axle::launch needs MASTER_ADDR and MASTER_PORT (or AXLE_RENDEZVOUS_DIR, a fresh directory "
+                 "every rank can see)");
+      auto ts = detail::make_tcp_store(addr, std::atoi(port), j.rank == 0, timeout);
+      local = ts->local_address();
+      master = ts->master_address();
+      has = [p = ts.get()](const std::string& k) { return p->check(k); };
+      r.store = std::move(ts);
+      where = std::string(addr) + ":" + port + " (MASTER_ADDR:MASTER_PORT)";
+    }
+    Agreement agreement(*r.store, has, j.rank, j.world, timeout, where);
+    host = agree_on_addresses(agreement, j.rank, j.world, local, master, timeout);
   }
   r.prefix = std::make_unique<gloo::rendezvous::PrefixStore>("default", *r.store);
   return std::make_shared<GlooGroup>(0, j.rank, j.world, *r.prefix, host, timeout, shm_name);

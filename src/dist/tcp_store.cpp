@@ -10,8 +10,10 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -150,14 +152,14 @@ class Server {
   std::map<std::string, std::vector<char>> data_;
 };
 
-class TcpStore final : public gloo::rendezvous::Store {
+class TcpStoreImpl final : public TcpStore {
  public:
-  TcpStore(const std::string& addr, int port, bool master, double timeout_s)
+  TcpStoreImpl(const std::string& addr, int port, bool master, double timeout_s)
       : addr_(addr), port_(port), timeout_(std::chrono::milliseconds(int64_t(timeout_s * 1000))) {
     if (master) server_ = std::make_unique<Server>(port);
     connect();
   }
-  ~TcpStore() override {
+  ~TcpStoreImpl() override {
     if (fd_ >= 0) ::close(fd_);
   }
   void set(const std::string& key, const std::vector<char>& data) override {
@@ -165,20 +167,29 @@ class TcpStore final : public gloo::rendezvous::Store {
     send_key(kSet, key);
     uint32_t n = uint32_t(data.size());
     uint8_t ack = 0;
-    check(write_all(fd_, &n, 4) && write_all(fd_, data.data(), data.size()) && read_all(fd_, &ack, 1), "set");
+    ensure(write_all(fd_, &n, 4) && write_all(fd_, data.data(), data.size()) && read_all(fd_, &ack, 1), "set");
   }
   std::vector<char> get(const std::string& key) override {
     wait({key}, timeout_);
     std::lock_guard<std::mutex> g(mu_);
     send_key(kGet, key);
     uint32_t n = 0;
-    check(read_all(fd_, &n, 4), "get");
+    ensure(read_all(fd_, &n, 4), "get");
     AXLE_CHECK(n != kMissing, "[dist] TCP store: key '", key, "' vanished");
     std::vector<char> v(n);
-    check(read_all(fd_, v.data(), n), "get");
+    ensure(read_all(fd_, v.data(), n), "get");
     return v;
   }
   void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
+  bool check(const std::string& key) override {
+    std::lock_guard<std::mutex> g(mu_);
+    uint8_t present = 0;
+    send_key(kCheck, key);
+    ensure(read_all(fd_, &present, 1), "check");
+    return present != 0;
+  }
+  std::string local_address() const override { return local_; }
+  std::string master_address() const override { return peer_; }
   void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override {
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     for (const std::string& k : keys) {
@@ -187,7 +198,7 @@ class TcpStore final : public gloo::rendezvous::Store {
         {
           std::lock_guard<std::mutex> g(mu_);
           send_key(kCheck, k);
-          check(read_all(fd_, &present, 1), "wait");
+          ensure(read_all(fd_, &present, 1), "wait");
         }
         if (present) break;
         AXLE_CHECK(std::chrono::steady_clock::now() < deadline, "[dist] rendezvous at ", addr_, ":", port_,
@@ -211,10 +222,22 @@ class TcpStore final : public gloo::rendezvous::Store {
         for (addrinfo* a = res; a; a = a->ai_next) {
           int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
           if (fd < 0) continue;
+          // A host that drops the connection attempt must not hold us past the deadline.
+          const auto left = std::chrono::duration_cast<std::chrono::microseconds>(deadline - std::chrono::steady_clock::now());
+          const int64_t us = std::max<int64_t>(100000, left.count());
+          timeval tv{time_t(us / 1000000), suseconds_t(us % 1000000)};
+          ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
           if (::connect(fd, a->ai_addr, a->ai_addrlen) == 0) {
+            timeval none{0, 0};
+            ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &none, sizeof none);
             int one = 1;
             ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
             fd_ = fd;
+            sockaddr_storage sa{};
+            socklen_t len = sizeof sa;
+            if (::getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len) == 0) local_ = numeric_host(&sa, len);
+            len = sizeof sa;
+            if (::getpeername(fd, reinterpret_cast<sockaddr*>(&sa), &len) == 0) peer_ = numeric_host(&sa, len);
             break;
           }
           last = std::strerror(errno);
@@ -232,9 +255,9 @@ class TcpStore final : public gloo::rendezvous::Store {
   }
   void send_key(uint8_t cmd, const std::string& key) {
     uint32_t n = uint32_t(key.size());
-    check(write_all(fd_, &cmd, 1) && write_all(fd_, &n, 4) && write_all(fd_, key.data(), key.size()), "request");
+    ensure(write_all(fd_, &cmd, 1) && write_all(fd_, &n, 4) && write_all(fd_, key.data(), key.size()), "request");
   }
-  void check(bool ok, const char* what) {
+  void ensure(bool ok, const char* what) {
     AXLE_CHECK(ok, "[dist] TCP store at ", addr_, ":", port_, ": connection lost during ", what,
                " (did rank 0 exit?)");
   }
@@ -244,16 +267,24 @@ class TcpStore final : public gloo::rendezvous::Store {
   std::chrono::milliseconds timeout_;
   std::unique_ptr<Server> server_;
   int fd_ = -1;
+  std::string local_, peer_;
   std::mutex mu_;
 };
 
 }  // namespace
 
-std::unique_ptr<gloo::rendezvous::Store> make_tcp_store(const std::string& addr, int port, bool is_master, int world,
-                                                       double timeout_s) {
+std::unique_ptr<TcpStore> make_tcp_store(const std::string& addr, int port, bool is_master, double timeout_s) {
   AXLE_CHECK(port > 0 && port < 65536, "[dist] expected MASTER_PORT in 1..65535, got ", port);
-  (void)world;
-  return std::make_unique<TcpStore>(addr, port, is_master, timeout_s);
+  return std::make_unique<TcpStoreImpl>(addr, port, is_master, timeout_s);
+}
+
+std::string numeric_host(const void* sa, unsigned len) {
+  char host[NI_MAXHOST] = {};
+  if (::getnameinfo(static_cast<const sockaddr*>(sa), socklen_t(len), host, sizeof host, nullptr, 0, NI_NUMERICHOST) != 0)
+    return "";
+  std::string h = host;
+  if (h.rfind("::ffff:", 0) == 0 && h.find('.') != std::string::npos) h = h.substr(7);  // IPv4-mapped
+  return h;
 }
 
 }  // namespace axle::dist::detail

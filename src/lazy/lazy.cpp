@@ -18,6 +18,7 @@
 #include "backend/cpu/loops.h"
 #include "compiler/disk_cache.h"
 #include "compiler/executable.h"
+#include "dist/dist_internal.h"
 #include "lazy/graph.h"
 #include "lazy/ir.h"
 
@@ -399,7 +400,10 @@ void run_eagerly(const ops::Tensors& outs) {
 
 namespace axle {
 
-Device device() { return Device{DeviceType::XLA, 0}; }
+Device device() {
+  dist::detail::note_device_requested();  // launch() refuses a parent that asked (anti-pattern 1)
+  return Device{DeviceType::XLA, 0};
+}
 
 namespace lazy {
 void mark_step(const char* cause) {

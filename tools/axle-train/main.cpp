@@ -56,7 +56,11 @@ struct Config {
   int64_t save_every = 0;  // steps between checkpoints (0: at the end of each epoch only)
   std::string resume;    // checkpoint directory to resume from
   std::string init;      // safetensors weights to start from (e.g. written by PyTorch)
+  double timeout = 300;  // rendezvous and collective timeout of the multi-process patterns, seconds
 };
+
+/// Checkpoint metadata: every step's loss up to the checkpoint (a JSON list).
+constexpr const char* kLossesKey = "axle-train.losses";
 
 std::string checkpoint_file(const std::string& dir) { return (fs::path(dir) / "checkpoint.safetensors").string(); }
 
@@ -250,7 +254,8 @@ int run(const Config& cfg) {
               static_cast<long long>(test_set->size()), cfg.data.c_str(), load_s);
   std::fflush(stdout);
 
-  std::vector<double> losses, step_ms;
+  std::vector<double> losses, step_ms;  // this process's steps
+  std::vector<double> restored;         // the steps before the checkpoint this run resumed from
   std::vector<double> epoch_seconds;
   double train_seconds = 0, test_accuracy = 0;
   int64_t steps = 0, samples = 0;
@@ -265,16 +270,29 @@ int run(const Config& cfg) {
     start_epoch = ck.epoch;
     skip = ck.batch;
     steps = ck.step;
+    if (auto it = ck.metadata.find(kLossesKey); it != ck.metadata.end()) {
+      const auto j = nlohmann::json::parse(it->second, nullptr, /*allow_exceptions=*/false);
+      AXLE_CHECK(j.is_array(), "[axle-train] ", checkpoint_file(cfg.resume), ": metadata ", kLossesKey,
+                 " is not a list of losses");
+      restored = j.get<std::vector<double>>();
+    }
     std::printf("resumed from %s at epoch %lld, batch %lld, step %lld\n", checkpoint_file(cfg.resume).c_str(),
                 static_cast<long long>(start_epoch + 1), static_cast<long long>(skip), static_cast<long long>(steps));
   }
+  // Every step's loss so far (what the checkpoint restored, then this process's).
+  auto all_losses = [&] {
+    std::vector<double> all = restored;
+    all.insert(all.end(), losses.begin(), losses.end());
+    return all;
+  };
   auto save = [&](int64_t epoch, int64_t batch) {
     if (cfg.save.empty() || !master) return;  // every rank holds the same parameters
     fs::create_directories(cfg.save);
     if (batch == per_epoch) ++epoch, batch = 0;
     save_checkpoint(checkpoint_file(cfg.save), {.model = model.get(), .optimizer = opt.get(),
                                                 .generator = &default_generator(), .epoch = epoch, .batch = batch,
-                                                .step = steps});
+                                                .step = steps,
+                                                .metadata = {{kLossesKey, nlohmann::json(all_losses()).dump()}}});
   };
 
   for (int64_t epoch = start_epoch; epoch < cfg.epochs; ++epoch) {
@@ -322,10 +340,18 @@ int run(const Config& cfg) {
     std::fflush(stdout);
   }
 
+  if (!cfg.resume.empty() && losses.empty()) {
+    // The checkpoint's run had finished: report its figures, the accuracy from the restored model.
+    test_accuracy = evaluate(*model, test_set, dev);
+    std::printf("nothing left to train: the run in %s had already finished (step %lld); its figures follow "
+                "(losses from the checkpoint, test accuracy of the restored model)\n",
+                cfg.resume.c_str(), static_cast<long long>(steps));
+  }
   const double med = median(step_ms);
   // Samples per second of the whole job (every rank trains on its own shard).
   const double sps = train_seconds > 0 ? double(samples) * world / train_seconds : 0;
-  const double final_loss = losses.empty() ? 0 : losses.back();
+  const std::vector<double> every_loss = all_losses();
+  const double final_loss = every_loss.empty() ? 0 : every_loss.back();
   std::printf("result: %lld steps, final loss %.4f, test accuracy %.4f, train %.2f s, median step %.2f ms, "
               "%.0f samples/s\n",
               static_cast<long long>(steps), final_loss, test_accuracy, train_seconds, med, sps);
@@ -346,7 +372,8 @@ int run(const Config& cfg) {
     j["seed"] = cfg.seed;
     j["threads"] = threads;
     j["final_loss"] = final_loss;
-    j["losses"] = losses;
+    j["losses"] = every_loss;
+    j["restored_losses"] = restored.size();  // how many of them a resumed run read from its checkpoint
     j["test_accuracy"] = test_accuracy;
     j["train_seconds"] = train_seconds;
     j["epoch_seconds"] = epoch_seconds;
@@ -391,6 +418,9 @@ int main(int argc, char** argv) {
   app.add_option("--save", cfg.save, "write checkpoints (DIR/checkpoint.safetensors) at each epoch end");
   app.add_option("--save-every", cfg.save_every, "also checkpoint every N steps")->check(positive<int64_t>());
   app.add_option("--resume", cfg.resume, "resume from the checkpoint in this directory");
+  app.add_option("--timeout", cfg.timeout, "rendezvous and collective timeout of the multi-process patterns, seconds")
+      ->check(positive<double>())
+      ->capture_default_str();
   app.add_option("--init", cfg.init, "start from these weights (safetensors, by parameter name; e.g. from PyTorch)");
 
   try {
@@ -406,7 +436,7 @@ int main(int argc, char** argv) {
     validate(cfg);
     if (!multi_process(cfg)) return run(cfg);
     int status = 0;
-    axle::launch([&](int) { status = run(cfg); }, {.world_size = cfg.devices});
+    axle::launch([&](int) { status = run(cfg); }, {.nprocs = cfg.devices, .timeout_s = cfg.timeout});
     return status;
   } catch (const UsageError& e) {
     return fail(e.what(), 2);

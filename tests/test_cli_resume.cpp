@@ -1,0 +1,119 @@
+// axle-train --resume through the real binary (AXLE_TRAIN_BIN): resuming a run that had
+// finished reports that run's figures (losses from the checkpoint, test accuracy of the
+// restored model), and a run resumed half-way reports the whole run's losses.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kRoot = "/usr/share/datasets/fashion-mnist";
+bool have_real_data() { return fs::exists(kRoot + "/train-images-idx3-ubyte.gz"); }
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    char tmpl[] = "/tmp/axle_test_resume_XXXXXX";
+    path = ::mkdtemp(tmpl);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+  std::string operator/(const std::string& name) const { return (path / name).string(); }
+};
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+struct Result {
+  int status = -1;
+  std::string out, err;
+};
+
+Result run(const std::string& args) {
+  TempDir d;
+  const std::string cmd =
+      std::string("'") + AXLE_TRAIN_BIN + "' " + args + " >'" + (d / "out") + "' 2>'" + (d / "err") + "'";
+  const int ws = std::system(cmd.c_str());
+  Result r;
+  r.status = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + (WIFSIGNALED(ws) ? WTERMSIG(ws) : 0);
+  r.out = slurp(d / "out");
+  r.err = slurp(d / "err");
+  return r;
+}
+
+// The "result: ..." line of stdout.
+std::string result_line(const std::string& out) {
+  const size_t at = out.find("result: ");
+  if (at == std::string::npos) return "";
+  return out.substr(at, out.find('\n', at) - at);
+}
+
+// "test accuracy 0.7234" out of a result line.
+std::string accuracy_field(const std::string& line) {
+  const size_t at = line.find("test accuracy ");
+  return at == std::string::npos ? "" : line.substr(at, line.find(',', at) - at);
+}
+
+const std::string kCommon = " --model mlp --threads 1 --batch-size 64 ";
+
+}  // namespace
+
+TEST(CliResume, FinishedRunReportsItsFigures) {
+  if (!have_real_data()) GTEST_SKIP() << "needs " << kRoot;
+  TempDir d;
+  const Result first = run(kCommon + "--max-steps 25 --save '" + (d / "ck") + "' --json '" + (d / "a.json") + "'");
+  ASSERT_EQ(first.status, 0) << first.err;
+  const Result again = run(kCommon + "--max-steps 25 --resume '" + (d / "ck") + "' --json '" + (d / "b.json") + "'");
+  ASSERT_EQ(again.status, 0) << again.err;
+  EXPECT_NE(again.out.find("nothing left to train"), std::string::npos) << again.out;
+
+  const auto a = nlohmann::json::parse(slurp(d / "a.json")), b = nlohmann::json::parse(slurp(d / "b.json"));
+  const auto la = a.at("losses").get<std::vector<double>>();
+  ASSERT_EQ(la.size(), 25u);
+  EXPECT_EQ(b.at("losses").get<std::vector<double>>(), la);
+  EXPECT_EQ(b.at("restored_losses"), 25);
+  EXPECT_EQ(a.at("restored_losses"), 0);
+  EXPECT_EQ(b.at("final_loss").get<double>(), a.at("final_loss").get<double>());
+  EXPECT_EQ(b.at("final_loss").get<double>(), la.back());
+  EXPECT_EQ(b.at("steps"), a.at("steps"));
+  // Evaluated again on the restored model: the same parameters, the same accuracy.
+  EXPECT_GT(a.at("test_accuracy").get<double>(), 0.3);
+  EXPECT_EQ(b.at("test_accuracy").get<double>(), a.at("test_accuracy").get<double>());
+  EXPECT_EQ(accuracy_field(result_line(again.out)), accuracy_field(result_line(first.out))) << again.out;
+}
+
+// Stopped after 15 steps, resumed to 25: the JSON lists every step's loss, as the
+// uninterrupted run does (training after the checkpoint is bit-identical).
+TEST(CliResume, ResumedRunListsTheWholeRunsLosses) {
+  if (!have_real_data()) GTEST_SKIP() << "needs " << kRoot;
+  TempDir d;
+  const Result full = run(kCommon + "--max-steps 25 --json '" + (d / "full.json") + "'");
+  ASSERT_EQ(full.status, 0) << full.err;
+  const Result part = run(kCommon + "--max-steps 15 --save '" + (d / "ck") + "'");
+  ASSERT_EQ(part.status, 0) << part.err;
+  const Result rest =
+      run(kCommon + "--max-steps 25 --resume '" + (d / "ck") + "' --json '" + (d / "rest.json") + "'");
+  ASSERT_EQ(rest.status, 0) << rest.err;
+  EXPECT_EQ(rest.out.find("nothing left to train"), std::string::npos) << rest.out;
+  const auto f = nlohmann::json::parse(slurp(d / "full.json")), r = nlohmann::json::parse(slurp(d / "rest.json"));
+  EXPECT_EQ(r.at("restored_losses"), 15);
+  EXPECT_EQ(r.at("losses").get<std::vector<double>>(), f.at("losses").get<std::vector<double>>());
+  EXPECT_EQ(r.at("test_accuracy").get<double>(), f.at("test_accuracy").get<double>());
+}

@@ -1,0 +1,294 @@
+// Two "hosts" with default settings: two network namespaces joined by a veth pair, one
+// axle-train rank in each, started torchrun-style (RANK, WORLD_SIZE, LOCAL_RANK,
+// MASTER_ADDR, MASTER_PORT), no GLOO_SOCKET_IFNAME. Each namespace resolves this
+// machine's host name to a loopback address (as Debian's /etc/hosts does), so a rank
+// that advertised what its host name resolves to could not be reached.
+//
+// Needs root and iproute2's `ip`; skipped with the reason otherwise. The namespaces and
+// the veth pair are named after this process's pid and removed in every path (also
+// those a killed earlier run left behind); addresses come from 198.18.0.0/15 (RFC 2544,
+// for tests) and exist only inside the two namespaces, so no traffic leaves them.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+int sh(const std::string& cmd) {
+  const int ws = std::system(cmd.c_str());
+  return WIFEXITED(ws) ? WEXITSTATUS(ws) : 128;
+}
+
+std::string find_ip() {
+  for (const char* p : {"/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip"})
+    if (::access(p, X_OK) == 0) return p;
+  return "";
+}
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    char tmpl[] = "/tmp/axle_test_multihost_XXXXXX";
+    path = ::mkdtemp(tmpl);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+  std::string operator/(const std::string& name) const { return (path / name).string(); }
+};
+
+// A small Fashion-MNIST-shaped data set (IDX, gzip): 640 training and 100 test images.
+void write_idx_gz(const std::string& path, const std::vector<uint32_t>& dims, uint32_t seed, bool labels) {
+  std::vector<unsigned char> b{0, 0, 0x08, static_cast<unsigned char>(dims.size())};
+  size_t n = 1;
+  for (uint32_t d : dims) {
+    n *= d;
+    for (int s = 24; s >= 0; s -= 8) b.push_back((d >> s) & 255);
+  }
+  uint32_t x = seed;
+  for (size_t i = 0; i < n; ++i) {
+    x = x * 1664525u + 1013904223u;
+    b.push_back(static_cast<unsigned char>(labels ? (x >> 24) % 10 : x >> 24));
+  }
+  {
+    std::ofstream f(path + ".raw", std::ios::binary);
+    f.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
+  }
+  ASSERT_EQ(sh("gzip -n -c '" + path + ".raw' > '" + path + "'"), 0);
+  fs::remove(path + ".raw");
+}
+
+void write_data(const std::string& dir) {
+  write_idx_gz(dir + "/train-images-idx3-ubyte.gz", {640, 28, 28}, 1, false);
+  write_idx_gz(dir + "/train-labels-idx1-ubyte.gz", {640}, 2, true);
+  write_idx_gz(dir + "/t10k-images-idx3-ubyte.gz", {100, 28, 28}, 3, false);
+  write_idx_gz(dir + "/t10k-labels-idx1-ubyte.gz", {100}, 4, true);
+}
+
+// Two network namespaces A (198.18.0.1) and B (198.18.0.2) joined by a veth pair.
+class TwoHosts {
+ public:
+  explicit TwoHosts(const std::string& ip) : ip_(ip) {
+    remove_stale();
+    const std::string id = "axmh" + std::to_string(::getpid());
+    a_ = id + "a";
+    b_ = id + "b";
+    const std::string va = id + "x", vb = id + "y";
+    const std::vector<std::string> steps = {
+        "netns add " + a_,
+        "netns add " + b_,
+        "-n " + a_ + " link add " + va + " type veth peer name " + vb + " netns " + b_,
+        "-n " + a_ + " addr add 198.18.0.1/24 dev " + va,
+        "-n " + b_ + " addr add 198.18.0.2/24 dev " + vb,
+        "-n " + a_ + " link set " + va + " up",
+        "-n " + b_ + " link set " + vb + " up",
+        "-n " + a_ + " link set lo up",
+        "-n " + b_ + " link set lo up"};
+    for (const std::string& step : steps) {
+      FILE* f = ::popen((ip_ + " " + step + " 2>&1").c_str(), "r");
+      std::string out;
+      char buf[512];
+      size_t n;
+      while (f && (n = std::fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
+      if (!f || ::pclose(f) != 0) {
+        why_ = "'ip " + step + "' failed: " + out;
+        return;
+      }
+    }
+  }
+  ~TwoHosts() {
+    // Deleting a namespace deletes the veth end inside it, and with it the pair.
+    for (const std::string& ns : {a_, b_})
+      if (!ns.empty()) sh(ip_ + " netns del " + ns + " >/dev/null 2>&1");
+  }
+  TwoHosts(const TwoHosts&) = delete;
+  TwoHosts& operator=(const TwoHosts&) = delete;
+
+  /// Empty once both hosts are up, else why not.
+  const std::string& why_not() const { return why_; }
+  /// The veth ends inside hosts A and B.
+  std::string a_interface() const { return a_.substr(0, a_.size() - 1) + "x"; }
+  std::string b_interface() const { return b_.substr(0, b_.size() - 1) + "y"; }
+  /// Prefix that runs a command on host A or B.
+  std::string on(char host) const { return ip_ + " netns exec " + (host == 'a' ? a_ : b_) + " "; }
+
+ private:
+  // Namespaces of earlier runs whose process is gone (killed before its destructor ran).
+  void remove_stale() {
+    FILE* f = ::popen((ip_ + " netns list 2>/dev/null").c_str(), "r");
+    if (!f) return;
+    char line[512];
+    std::vector<std::string> stale;
+    const std::regex re("^axmh([0-9]+)[ab]\\b.*");
+    while (std::fgets(line, sizeof line, f)) {
+      std::cmatch m;
+      if (std::regex_match(line, m, re) && ::kill(std::stoi(m[1].str()), 0) != 0)
+        stale.push_back(std::string(line).substr(0, std::string(line).find_first_of(" \n")));
+    }
+    ::pclose(f);
+    for (const std::string& ns : stale) sh(ip_ + " netns del " + ns + " >/dev/null 2>&1");
+  }
+
+  std::string ip_, a_, b_, why_;
+};
+
+struct Rank {
+  int status = -1;
+  std::string out, err;
+};
+
+// Starts rank 0 on host A and rank 1 on host B (torchrun-style variables, nothing else
+// set) and waits for both. `extra[r]`: more environment for rank r.
+std::vector<Rank> run_two(const TwoHosts& hosts, const TempDir& d, const std::string& args,
+                          const std::vector<std::string>& extra = {"", ""}, int master_port_of_rank1 = 29500) {
+  std::string script;
+  for (int r = 0; r < 2; ++r) {
+    const std::string env = "env -u GLOO_SOCKET_IFNAME -u AXLE_GLOO_HOST -u AXLE_RENDEZVOUS_DIR -u AXLE_LAUNCH_RANK "
+                            "RANK=" + std::to_string(r) + " WORLD_SIZE=2 LOCAL_RANK=0 MASTER_ADDR=198.18.0.1 "
+                            "MASTER_PORT=" + std::to_string(r == 0 ? 29500 : master_port_of_rank1) + " " + extra[size_t(r)];
+    script += hosts.on(r == 0 ? 'a' : 'b') + env + " timeout 300 '" + AXLE_TRAIN_BIN + "' " + args + " >'" +
+              (d / ("out" + std::to_string(r))) + "' 2>'" + (d / ("err" + std::to_string(r))) + "' & p" +
+              std::to_string(r) + "=$!\n";
+  }
+  script += "wait $p0; echo $? >'" + (d / "st0") + "'\nwait $p1; echo $? >'" + (d / "st1") + "'\n";
+  std::ofstream(d / "run.sh") << script;
+  sh("sh '" + (d / "run.sh") + "'");
+  std::vector<Rank> ranks(2);
+  for (int r = 0; r < 2; ++r) {
+    const std::string st = slurp(d / ("st" + std::to_string(r)));
+    ranks[size_t(r)].status = st.empty() ? -1 : std::stoi(st);
+    ranks[size_t(r)].out = slurp(d / ("out" + std::to_string(r)));
+    ranks[size_t(r)].err = slurp(d / ("err" + std::to_string(r)));
+  }
+  return ranks;
+}
+
+// The "axle-train: error: ..." lines of a rank's stderr.
+std::vector<std::string> error_lines(const std::string& err) {
+  std::vector<std::string> lines;
+  std::istringstream in(err);
+  for (std::string l; std::getline(in, l);)
+    if (l.rfind("axle-train: error: ", 0) == 0) lines.push_back(l);
+  return lines;
+}
+
+#define REQUIRE_TWO_HOSTS(ip)                                                                        \
+  const std::string ip = find_ip();                                                                  \
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to create network namespaces (running as uid " \
+                                     << ::geteuid() << ")";                                          \
+  if (ip.empty()) GTEST_SKIP() << "needs iproute2's ip (apt-get install iproute2)";
+
+}  // namespace
+
+TEST(MultiHost, TwoNamespaceHostsTrainLikeOneLaunch) {
+  REQUIRE_TWO_HOSTS(ip);
+  TempDir d;
+  fs::create_directories(d / "data");
+  write_data(d / "data");
+  TwoHosts hosts(ip);
+  // Root without the right to create network namespaces (a container, a chroot): skipped.
+  if (!hosts.why_not().empty()) GTEST_SKIP() << "cannot create two network namespaces: " << hosts.why_not();
+  const std::string common = "--pattern ddp --model mlp --batch-size 64 --max-steps 5 --threads 1 --seed 3 --data '" +
+                             (d / "data") + "' --timeout 60 ";
+  const std::vector<Rank> ranks = run_two(hosts, d, common + "--json '" + (d / "hosts.json") + "'");
+  for (int r = 0; r < 2; ++r)
+    ASSERT_EQ(ranks[size_t(r)].status, 0) << "rank " << r << ":\n" << ranks[size_t(r)].out << ranks[size_t(r)].err;
+
+  // The same job in one launch() on one host: the same global batch, seed and data.
+  const int st = sh(std::string("env -u RANK -u WORLD_SIZE -u LOCAL_RANK '") + AXLE_TRAIN_BIN + "' " + common +
+                    "--devices 2 --json '" + (d / "one.json") + "' >'" + (d / "one.out") + "' 2>&1");
+  ASSERT_EQ(st, 0) << slurp(d / "one.out");
+
+  const auto h = nlohmann::json::parse(slurp(d / "hosts.json")), o = nlohmann::json::parse(slurp(d / "one.json"));
+  EXPECT_EQ(h.at("world_size"), 2);
+  const auto lh = h.at("losses").get<std::vector<double>>();
+  ASSERT_EQ(lh.size(), 5u);
+  EXPECT_EQ(lh, o.at("losses").get<std::vector<double>>());
+  EXPECT_EQ(h.at("test_accuracy").get<double>(), o.at("test_accuracy").get<double>());
+  // Across hosts the gradients went through Gloo's TCP transport, never shared memory.
+  EXPECT_GT(h.at("counters").value("CollectiveAllReduce", 0), 0);
+  EXPECT_EQ(h.at("counters").value("CollectiveAllReduceShm", 0), 0);
+
+  // Rank 0 reaches its own store over loopback (as when MASTER_ADDR is its host name and
+  // /etc/hosts maps that to 127.0.1.1): it advertises the address rank 1 reached it at.
+  // Rank 1 names its interface with GLOO_SOCKET_IFNAME, as in PyTorch.
+  const std::vector<Rank> again = run_two(hosts, d, common + "--json '" + (d / "again.json") + "'",
+                                          {"MASTER_ADDR=127.0.0.1", "GLOO_SOCKET_IFNAME=" + hosts.b_interface()});
+  for (int r = 0; r < 2; ++r)
+    ASSERT_EQ(again[size_t(r)].status, 0) << "rank " << r << ":\n" << again[size_t(r)].out << again[size_t(r)].err;
+  EXPECT_EQ(nlohmann::json::parse(slurp(d / "again.json")).at("losses").get<std::vector<double>>(), lh);
+
+  // The rendezvous through a directory both hosts see (AXLE_RENDEZVOUS_DIR) instead of
+  // MASTER_ADDR: with no connection to take an address from, the interfaces are named.
+  fs::create_directories(d / "rdzv");
+  const std::string dir = "AXLE_RENDEZVOUS_DIR='" + (d / "rdzv") + "' ";
+  const std::vector<Rank> shared = run_two(hosts, d, common + "--json '" + (d / "shared.json") + "'",
+                                           {dir + "GLOO_SOCKET_IFNAME=" + hosts.a_interface(),
+                                            dir + "GLOO_SOCKET_IFNAME=" + hosts.b_interface()});
+  for (int r = 0; r < 2; ++r)
+    ASSERT_EQ(shared[size_t(r)].status, 0) << "rank " << r << ":\n" << shared[size_t(r)].out << shared[size_t(r)].err;
+  EXPECT_EQ(nlohmann::json::parse(slurp(d / "shared.json")).at("losses").get<std::vector<double>>(), lh);
+}
+
+// A rank that cannot take part makes both fail at once, with the same one-line message,
+// long before the rendezvous timeout.
+TEST(MultiHost, ARankThatCannotJoinFailsEveryRankWithOneMessage) {
+  REQUIRE_TWO_HOSTS(ip);
+  TempDir d;
+  fs::create_directories(d / "data");
+  write_data(d / "data");
+  TwoHosts hosts(ip);
+  // Root without the right to create network namespaces (a container, a chroot): skipped.
+  if (!hosts.why_not().empty()) GTEST_SKIP() << "cannot create two network namespaces: " << hosts.why_not();
+  const std::string common = "--pattern ddp --model mlp --batch-size 64 --max-steps 5 --threads 1 --data '" +
+                             (d / "data") + "' ";
+
+  // Rank 1 is told to use its loopback interface: peers on the other host cannot reach it.
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<Rank> ranks = run_two(hosts, d, common + "--timeout 120", {"", "GLOO_SOCKET_IFNAME=lo"});
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(100)) << "a rank waited for the timeout";
+  std::vector<std::vector<std::string>> lines;
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(ranks[size_t(r)].status, 2) << "rank " << r << ": " << ranks[size_t(r)].err;
+    lines.push_back(error_lines(ranks[size_t(r)].err));
+    ASSERT_EQ(lines.back().size(), 1u) << "rank " << r << ": " << ranks[size_t(r)].err;
+  }
+  EXPECT_EQ(lines[0][0], lines[1][0]);
+  EXPECT_NE(lines[0][0].find("rank 1 cannot take part"), std::string::npos) << lines[0][0];
+  EXPECT_NE(lines[0][0].find("loopback"), std::string::npos) << lines[0][0];
+  EXPECT_NE(lines[0][0].find("GLOO_SOCKET_IFNAME"), std::string::npos) << lines[0][0];
+
+  // Rank 1 cannot reach the store (a port nobody serves): rank 0 names it when the
+  // rendezvous times out; rank 1 says what it could not reach. Both within the timeout.
+  ranks = run_two(hosts, d, common + "--timeout 4", {"", ""}, /*master_port_of_rank1=*/29501);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(ranks[size_t(r)].status, 2) << "rank " << r << ": " << ranks[size_t(r)].err;
+    ASSERT_EQ(error_lines(ranks[size_t(r)].err).size(), 1u) << "rank " << r << ": " << ranks[size_t(r)].err;
+  }
+  const std::string e0 = error_lines(ranks[0].err)[0], e1 = error_lines(ranks[1].err)[0];
+  EXPECT_NE(e0.find("rank 1 of 2 did not join within the 4 s timeout"), std::string::npos) << e0;
+  EXPECT_NE(e1.find("cannot reach the TCP store at 198.18.0.1:29501"), std::string::npos) << e1;
+}
