@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -233,6 +234,110 @@ TEST(Dist, CollectivesInLazyGraph) {
     const int64_t cached = metrics::counter_value("CachedCompile");
     check_collectives(rank, 2, device());
     EXPECT_GT(metrics::counter_value("CachedCompile"), cached);
+  });
+}
+
+namespace {
+
+// Weights that differ by rank and position: w_r[i] = (r + 1) * (i + 1).
+Tensor rank_weights(int rank, Shape shape) {
+  const int64_t n = shape_numel(shape);
+  return (arange(n, {.dtype = kFloat32}) + 1.0).reshape(shape) * double(rank + 1);
+}
+
+// Gradients of all_gather, reduce_scatter (sum and mean), broadcast and all_reduce (mean)
+// on `dev`. Each rank r takes L_r = sum(collective(x_r) * w_r); backward on every rank gives
+// x_q the gradient of the total sum_r L_r, worked out by hand below.
+void check_collective_gradients(int rank, int world, Device dev) {
+  const double tri = world * (world + 1) / 2.0;  // sum over ranks of (rank + 1)
+  auto leaf = [&](Shape s) {
+    return (arange(shape_numel(s), {.dtype = kFloat32}).reshape(s) * double(rank + 2)).to(dev).set_requires_grad(true);
+  };
+  // all_gather: x_q [2, 3] lands in rows 2q, 2q + 1 of every rank's [2 * world, 3];
+  // dL/dx_q[i] = sum_r w_r[6q + i] = tri * (6q + i + 1).
+  Tensor xg = leaf({2, 3});
+  Tensor yg = dist::all_gather(xg);
+  EXPECT_EQ(yg.shape(), (Shape{2 * world, 3}));
+  sum(yg * rank_weights(rank, {2 * world, 3}).to(dev)).backward();
+  std::vector<float> want_g;
+  for (int i = 0; i < 6; ++i) want_g.push_back(float(tri * (6 * rank + i + 1)));
+
+  // reduce_scatter: y_r = sum_q x_q[2r : 2r + 2], so dL/dx_q[k] = w_{k / 2}[k % 2]
+  // = (k / 2 + 1) * (k % 2 + 1), divided by world for mean.
+  Tensor xs = leaf({2 * world}), xm = leaf({2 * world});
+  sum(dist::reduce_scatter(xs, dist::ReduceOp::Sum) * rank_weights(rank, {2}).to(dev)).backward();
+  sum(dist::reduce_scatter(xm, dist::ReduceOp::Mean) * rank_weights(rank, {2}).to(dev)).backward();
+  std::vector<float> want_s, want_m;
+  for (int k = 0; k < 2 * world; ++k) {
+    want_s.push_back(float((k / 2 + 1) * (k % 2 + 1)));
+    want_m.push_back(float((k / 2 + 1) * (k % 2 + 1)) / float(world));
+  }
+
+  // broadcast from rank 1: every y_r is x_1, so dL/dx_1 = sum_r w_r = tri * (i + 1); 0 elsewhere.
+  Tensor xb = leaf({4});
+  sum(dist::broadcast(xb, 1) * rank_weights(rank, {4}).to(dev)).backward();
+  std::vector<float> want_b;
+  for (int i = 0; i < 4; ++i) want_b.push_back(rank == 1 ? float(tri * (i + 1)) : 0.f);
+
+  // all_reduce mean: y_r = mean_q x_q, so dL/dx_q = sum_r w_r / world = tri / world * (i + 1).
+  Tensor xa = leaf({3});
+  sum(dist::all_reduce(xa, dist::ReduceOp::Mean) * rank_weights(rank, {3}).to(dev)).backward();
+  std::vector<float> want_a;
+  for (int i = 0; i < 3; ++i) want_a.push_back(float(tri / world * (i + 1)));
+
+  if (dev.is_xla()) axle::sync();
+  for (const Tensor* t : {&xg, &xs, &xm, &xb, &xa}) ASSERT_TRUE(t->grad().defined());
+  expect_values(xg.grad().reshape({6}), want_g, "all_gather grad");
+  expect_values(xs.grad(), want_s, "reduce_scatter sum grad");
+  expect_values(xm.grad(), want_m, "reduce_scatter mean grad");
+  expect_values(xb.grad(), want_b, "broadcast grad");
+  expect_values(xa.grad(), want_a, "all_reduce mean grad");
+}
+
+}  // namespace
+
+TEST(Dist, CollectiveGradients3Ranks) {
+  run_ranks(3, [](int rank) {
+    check_collective_gradients(rank, 3, kCPU);
+    check_collective_gradients(rank, 3, device());
+  });
+}
+
+// The ranks of one launch() all-reduce through shared memory, each reducing its share of
+// every rank's chunk in rank order, so every rank gets the same bits: for float sums that is
+// ((x_0 + x_1) + x_2) in float32, exactly. Random floats on 3 ranks (sizes over several 4 MiB
+// chunks and not divisible by 3), compared bit for bit across ranks and with that sum.
+TEST(Dist, AllReduceOfRandomFloatsIsBitIdenticalOn3Ranks) {
+  constexpr int kWorld = 3;
+  run_ranks(kWorld, [](int rank) {
+    for (int64_t n : {int64_t(1000), int64_t(3) * (int64_t(1) << 20) + 5}) {
+      SCOPED_TRACE("n=" + std::to_string(n));
+      std::vector<std::vector<float>> xs;
+      for (int r = 0; r < kWorld; ++r) {
+        Generator gen(uint64_t(1000 + r));
+        xs.push_back((randn({n}, {}, &gen) * std::pow(10.0, r - 1)).to_vector<float>());  // magnitudes differ: order matters
+      }
+      const Tensor mine = from_vector(xs[size_t(rank)], {n});
+      const std::vector<float> sum = dist::all_reduce(mine, dist::ReduceOp::Sum).to_vector<float>();
+      const std::vector<float> mean = dist::all_reduce(mine, dist::ReduceOp::Mean).to_vector<float>();
+      int64_t off_order = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        const float want = (xs[0][size_t(i)] + xs[1][size_t(i)]) + xs[2][size_t(i)];
+        off_order += std::memcmp(&sum[size_t(i)], &want, sizeof(float)) != 0;
+      }
+      EXPECT_EQ(off_order, 0) << "sums that are not (x0 + x1) + x2 in float32";
+      // Every rank's bits, gathered: all equal to rank 0's.
+      for (const std::vector<float>* v : {&sum, &mean}) {
+        const std::vector<float> all = dist::all_gather(from_vector(*v, {n})).to_vector<float>();
+        ASSERT_EQ(int64_t(all.size()), kWorld * n);
+        for (int r = 1; r < kWorld; ++r)
+          EXPECT_EQ(std::memcmp(all.data(), all.data() + r * n, size_t(n) * sizeof(float)), 0)
+              << "rank " << r << " differs from rank 0 (" << (v == &sum ? "sum" : "mean") << ")";
+      }
+      int64_t far = 0;
+      for (int64_t i = 0; i < n; ++i) far += std::abs(mean[size_t(i)] - sum[size_t(i)] / kWorld) > 1e-6f * (1 + std::abs(sum[size_t(i)]));
+      EXPECT_EQ(far, 0) << "mean is not sum / world";
+    }
   });
 }
 

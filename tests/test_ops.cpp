@@ -5,10 +5,18 @@
 // For every row:
 //   Forward               axle == reference (1e-5 rel/abs for float32, exact for ints/bool),
 //                         on every device in devices_to_check();
-//   ForwardNonContiguous  the same with every input a strided, permuted view (NaN in the gaps);
+//   ForwardNonContiguous  the same with every input a strided, permuted view (NaN in the gaps),
+//                         made on the device itself: on `xla` the slice and permute are ops of
+//                         the lazy graph, so compiled graphs get strided operands;
 //   Gradient              (differentiable rows) backward of sum(out0 * R) for a fixed random R
 //                         equals central finite differences of the reference in double, for
-//                         every floating input, from contiguous and from non-contiguous leaves.
+//                         every floating input, from contiguous and from non-contiguous leaves
+//                         (large rows: at sampled elements, plus one random directional derivative
+//                         over all of them).
+// Large rows (an input above cpu::kParallelGrain elements, odd sizes) run the kernels' OpenMP
+// paths; the test process runs at least 2 OpenMP threads (LargeRowsRunOnATeam checks it).
+// Zero-size rows check empty tensors. OpTable.EveryOpHasARow fails when an ops.def entry is
+// run by no row, forward or backward, eager or compiled.
 // Adding an op: a line in src/ops/ops.def, its family file, and ONE ROW in op_table() below.
 #include <gtest/gtest.h>
 
@@ -23,9 +31,15 @@
 #include <utility>
 #include <vector>
 
+#include <omp.h>
+
 #include "axle/axle.h"
 #include "axle/runtime.h"
+#include "backend/cpu/loops.h"
+#include "compiler/program.h"
+#include "lazy/graph.h"
 #include "op_reference.h"
+#include "ops/op.h"
 
 // Rows and inputs use designated initializers that leave the other fields at their defaults.
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"
@@ -36,10 +50,16 @@ using namespace axle;
 using ref::Arr;
 
 // ======================================================================== devices
-/// Devices whose results must equal the reference. Only the eager cpu device exists
-/// today; when the lazy `xla` device lands, add it here and every row then also checks
-/// lazy results (and lazy gradients) against the same references as eager ones.
+/// Devices whose results must equal the reference: eager cpu and the lazy `xla` device
+/// (traced, compiled and run as a graph when the results are read).
 std::vector<Device> devices_to_check() { return {kCPU, axle::device()}; }
+
+/// The large rows must run the kernels' OpenMP paths: with one thread every loop runs inline
+/// (cpu::use_team), so the process runs at least 2 threads whatever OMP_NUM_THREADS says.
+const bool g_two_threads = [] {
+  if (omp_get_max_threads() < 2) omp_set_num_threads(2);
+  return true;
+}();
 
 // ======================================================================== inputs
 /// How one input of a row is generated.
@@ -118,15 +138,16 @@ Arr generate(const InSpec& sp, uint64_t seed) {
 
 Tensor to_tensor(const Arr& a) { return from_vector(a.v, a.shape, {.dtype = a.dtype}); }
 
-/// The same logical values as `a`, laid out as a non-contiguous view: the storage holds the
-/// dims in reverse order with the last dim of size > 1 doubled (gaps filled with NaN, or a
-/// large int), and the view is slice(step 2) + permute. Inputs of one element stay contiguous.
-Tensor to_noncontiguous(const Arr& a) {
+/// The same logical values as `a`, laid out as a non-contiguous view on `dev`: the storage
+/// holds the dims in reverse order with the last dim of size > 1 doubled (gaps filled with NaN,
+/// or a large int), and the view is slice(step 2) + permute, taken on `dev` (on `xla`: ops of
+/// the lazy graph over the storage). Inputs of one element stay contiguous.
+Tensor to_noncontiguous(const Arr& a, Device dev = kCPU) {
   const int64_t n = a.dim();
   int64_t dd = -1;  // logical dim that gets the gaps
   for (int64_t d = 0; d < n; ++d)
     if (a.shape[size_t(d)] > 1) dd = d;
-  if (dd < 0) return to_tensor(a);
+  if (dd < 0) return to_tensor(a).to(dev);
   const int64_t bd = n - 1 - dd;  // its position in the (reversed) storage
   Shape bs(a.shape.rbegin(), a.shape.rend());
   bs[size_t(bd)] *= 2;
@@ -139,7 +160,7 @@ Tensor to_noncontiguous(const Arr& a) {
     bi[size_t(bd)] *= 2;
     base[size_t(ref::ravel(bi, bs))] = a.v[size_t(i)];
   }
-  Tensor b = from_vector(base, bs, {.dtype = a.dtype});
+  Tensor b = from_vector(base, bs, {.dtype = a.dtype}).to(dev);
   Tensor v = slice(b, bd, 0, bs[size_t(bd)], 2);
   Shape p(static_cast<size_t>(n));
   for (int64_t d = 0; d < n; ++d) p[size_t(d)] = n - 1 - d;
@@ -556,6 +577,65 @@ std::vector<OpCase> build_table() {
   row({"embedding_int32_indices", {F({4, 2}), {.shape = {3}, .dtype = kInt32, .values = {2, 0, 2}}}, AX(embedding(x[0], x[1])),
        RF(ref::embedding(a[0], a[1]))});
 
+  // ---------------------------------------------------------------- large, odd-sized: the OpenMP paths
+  // Each has an input above cpu::kParallelGrain elements (LargeRowsRunOnATeam checks it), in
+  // odd sizes, so the split between threads has ragged ends; the non-contiguous runs also
+  // take the strided (outer-loop) split. Gradients are checked at sampled elements.
+  const Shape wide{3, 65537}, sq{257, 257};
+  row({"relu_big", {Nz(sq)}, AX(relu(x[0])), RF(map(a[0], [](double v) { return v > 0 ? v : 0.0; }))});
+  row({"gelu_big", {F(wide, -3, 3)}, AX(gelu(x[0])), RF(map(a[0], ref::gelu))});
+  row({"exp_big", {F(sq, -2, 2)}, AX(exp(x[0])), RF(map(a[0], [](double v) { return std::exp(v); }))});
+  row({"add_broadcast_big", {F(wide), F({65537})}, AX(add(x[0], x[1])), RF(arith(a[0], a[1], std::plus<double>()))});
+  row({"mul_broadcast_big", {F(sq), F({257, 1})}, AX(mul(x[0], x[1])), RF(arith(a[0], a[1], std::multiplies<double>()))});
+  row({"div_big", {F(sq), Pos(sq)}, AX(div(x[0], x[1])), RF(arith(a[0], a[1], std::divides<double>()))});
+  row({"maximum_big", {F(wide), F(wide)}, AX(maximum(x[0], x[1])),
+       RF(arith(a[0], a[1], [](double u, double v) { return std::max(u, v); }))});
+  row({"where_big", {Bool(sq), F(sq), F(sq)}, AX(where(x[0], x[1], x[2])),
+       RF(zip3(a[0], a[1], a[2], [](double c, double u, double v) { return c != 0 ? u : v; }, kFloat32))});
+  row({"lt_big", {Pick(sq, few), Pick({257}, few)}, AX(lt(x[0], x[1])), RF(compare(a[0], a[1], std::less<double>())), false});
+  row({"cast_float_to_int64_big", {F(wide, -5, 5)}, AX(cast(x[0], kInt64)),
+       RF(map(a[0], [](double v) { return std::trunc(v); }, kInt64)), false});
+  row({"contiguous_of_transposed_big", {F(sq)}, AX(x[0].t().contiguous()), RF(permute(a[0], {1, 0}))});
+  row({"sum_all_big", {F(wide)}, AX(sum(x[0])), RF(reduce(a[0], {}, false, vsum, kFloat32)), true, true, 1e-4});
+  row({"sum_dim0_big", {F(sq)}, AX(sum(x[0], {0})), RF(reduce(a[0], {0}, false, vsum, kFloat32))});
+  row({"sum_dim1_big", {F(wide)}, AX(sum(x[0], {1}, true)), RF(reduce(a[0], {1}, true, vsum, kFloat32)), true, true, 1e-4});
+  row({"sum_int64_big", {I(sq, -9, 9)}, AX(sum(x[0], {1})), RF(reduce(a[0], {1}, false, vsum, kInt64)), false});
+  row({"mean_dim_big", {F(sq)}, AX(mean(x[0], {1})), RF(reduce(a[0], {1}, false, vmean, kFloat32))});
+  row({"amax_dim0_big", {D(sq)}, AX(amax(x[0], {0})), RF(reduce(a[0], {0}, false, vmax, kFloat32))});
+  row({"argmax_big", {D(wide)}, AX(argmax(x[0], 1)), RF(reduce(a[0], {1}, false, vargmax, kInt64)), false});
+  row({"logsumexp_big", {F(sq, -3, 3)}, AX(logsumexp(x[0], {1})), RF(reduce(a[0], {1}, false, vlogsumexp, kFloat32))});
+  row({"var_big", {F(wide)}, AX(var(x[0], {1})), RF(reduce(a[0], {1}, false, [](auto& v) { return vvar(v, 1); }, kFloat32))});
+  row({"softmax_big", {F(sq, -3, 3)}, AX(softmax(x[0], 1)), RF(along(a[0], 1, vsoftmax))});
+  row({"softmax_dim0_big", {F(sq, -3, 3)}, AX(softmax(x[0], 0)), RF(along(a[0], 0, vsoftmax))});
+  row({"log_softmax_big", {F(wide, -3, 3)}, AX(log_softmax(x[0], -1)), RF(along(a[0], 1, vlog_softmax))});
+  row({"cross_entropy_big", {F({257, 129}, -3, 3), I({257}, 0, 128)}, ce(Red::Mean, -100, 0), ce_ref(Red::Mean, -100, 0)});
+  row({"nll_loss_none_big", {F({257, 129}, -3, 0), I({257}, 0, 128)}, nll(Red::None, -100), nll_ref(Red::None, -100)});
+  row({"index_select_big", {F(sq), I({300}, 0, 256)}, AX(index_select(x[0], 0, x[1])), RF(index_select(a[0], 0, a[1]))});
+  row({"gather_big", {F(sq), I(sq, 0, 256)}, AX(gather(x[0], 1, x[1])), RF(gather(a[0], 1, a[1]))});
+  row({"embedding_big", {F({300, 129}), I({2, 257}, 0, 299)}, AX(embedding(x[0], x[1])), RF(ref::embedding(a[0], a[1]))});
+  row({"cat_big", {F({257, 129}), F({257, 128})}, AX(cat({x[0], x[1]}, 1)), RF(cat({a[0], a[1]}, 1))});
+  row({"slice_big", {F(sq)}, AX(slice(x[0], 1, 1, 256, 2)), RF(slice(a[0], 1, 1, 256, 2))});
+  row({"matmul_big", {F({129, 257}), F({257, 131})}, AX(matmul(x[0], x[1])), RF(matmul(a[0], a[1])), true, true, 1e-4});
+  row({"max_pool2d_big", {D({2, 8, 64, 65})}, AX(max_pool2d(x[0])), RF(max_pool2d(a[0], {}))});
+  row({"avg_pool2d_big", {F({2, 8, 64, 65})}, AX(avg_pool2d(x[0])), RF(avg_pool2d(a[0], {}))});
+  row({"adaptive_avg_pool2d_big", {F({2, 8, 48, 48})}, AX(adaptive_avg_pool2d(x[0], {5, 7})), RF(adaptive_avg_pool2d(a[0], 5, 7))});
+  row({"batch_norm_train_big", {F({64, 8, 9, 9}, -2, 2), F({8}, 0.5, 1.5), F({8}), Fng({8}), Fng({8}, 0.5, 2)},
+       bn(true, 0.1, 1e-5), bn_ref(true, 0.1, 1e-5)});
+  row({"layer_norm_big", {F(sq, -2, 2), F({257}, 0.5, 1.5), F({257})}, AX(layer_norm(x[0], {257}, x[1], x[2])),
+       RF(ref::layer_norm(a[0], 1, &a[1], &a[2], 1e-5))});
+
+  // ---------------------------------------------------------------- zero-size tensors
+  row({"relu_zero_size", {Nz({0})}, AX(relu(x[0])), RF(map(a[0], [](double v) { return v > 0 ? v : 0.0; }))});
+  row({"add_zero_size", {F({0, 3}), F({3})}, AX(add(x[0], x[1])), RF(arith(a[0], a[1], std::plus<double>()))});
+  row({"sum_dim_zero_size", {F({0, 4})}, AX(sum(x[0], {0})), RF(reduce(a[0], {0}, false, vsum, kFloat32))});
+  row({"sum_all_zero_size", {F({2, 0})}, AX(sum(x[0])), RF(reduce(a[0], {}, false, vsum, kFloat32))});
+  row({"amax_zero_rows", {D({0, 4})}, AX(amax(x[0], {1})), RF(reduce(a[0], {1}, false, vmax, kFloat32))});
+  row({"matmul_zero_inner", {F({2, 0}), F({0, 3})}, AX(matmul(x[0], x[1])), RF(matmul(a[0], a[1]))});
+  row({"cat_zero_size", {F({0, 3}), F({2, 3})}, AX(cat({x[0], x[1]}, 0)), RF(cat({a[0], a[1]}, 0))});
+  row({"reshape_zero_size", {F({0, 4})}, AX(reshape(x[0], {2, 0, 2})), RF(reshape(a[0], {2, 0, 2}))});
+  row({"softmax_zero_size", {F({0, 5})}, AX(softmax(x[0], 1)), RF(along(a[0], 1, vsoftmax))});
+  row({"index_select_empty_index", {F({3, 2}), Idx({0}, {})}, AX(index_select(x[0], 0, x[1])), RF(index_select(a[0], 0, a[1]))});
+
   // ---------------------------------------------------------------- composites (several ops in one graph)
   row({"mlp_block", {F({4, 6}), F({5, 6}), F({5}), F({3, 5}), Idx({4}, {2, 0, 1, 2})},
        AX(cross_entropy(linear(relu(linear(x[0], x[1], x[2])), x[3]), x[4])),
@@ -626,12 +706,20 @@ TEST_P(OpForward, NonContiguousInputs) {
     SCOPED_TRACE(::testing::Message() << "device " << dev);
     std::vector<Tensor> x;
     for (const Arr& a : in) {
-      Tensor t = to_noncontiguous(a);
+      Tensor t = to_noncontiguous(a, dev);
       if (a.numel() > 1) {
-        ASSERT_FALSE(t.is_contiguous()) << "harness: layout is contiguous";
+        if (dev.is_cpu()) {
+          ASSERT_FALSE(t.is_contiguous()) << "harness: layout is contiguous";
+        } else {
+          // Not copied to a dense buffer first: the view is pending IR (slice, permute) that
+          // the graph of the op under test takes in.
+          ASSERT_TRUE(t.impl()->lazy && t.impl()->lazy->ir) << "harness: the lazy view is already materialised";
+          ASSERT_EQ(t.impl()->lazy->ir.node->kind, lazy::NodeKind::Op) << "harness: the lazy view is not an op";
+        }
+        // Read a second view, so that `t` stays pending.
+        ASSERT_EQ(to_noncontiguous(a, dev).cpu().to_vector<double>(), a.v) << "harness: non-contiguous copy differs";
       }
-      ASSERT_EQ(t.to_vector<double>(), a.v) << "harness: non-contiguous copy differs";
-      x.push_back(t.to(dev));
+      x.push_back(t);
     }
     Outs out = c.fn(x);
     ASSERT_EQ(out.size(), want.size()) << "number of outputs";
@@ -648,6 +736,26 @@ double weighted_ref(const OpCase& c, const std::vector<Arr>& in, const std::vect
   return s;
 }
 
+/// Inputs up to this size are checked at every element; larger ones at sampled elements (the
+/// first and last, both sides of each split of 2, 3 and 4 threads, random ones) and along one
+/// random direction over all elements.
+constexpr int64_t kFullCheck = 4096;
+std::vector<size_t> checked_elements(int64_t n, uint64_t seed) {
+  std::set<size_t> s;
+  if (n <= kFullCheck) {
+    for (int64_t i = 0; i < n; ++i) s.insert(size_t(i));
+  } else {
+    for (int64_t parts : {2, 3, 4})
+      for (int64_t p = 1; p < parts; ++p)
+        for (int64_t d : {-1, 0}) s.insert(size_t(n * p / parts + d));
+    s.insert(0);
+    s.insert(size_t(n - 1));
+    Rng r(seed);
+    while (s.size() < 20) s.insert(size_t(r.next() % uint64_t(n)));
+  }
+  return {s.begin(), s.end()};
+}
+
 TEST_P(OpGradient, MatchesFiniteDifferences) {
   const OpCase& c = GetParam();
   std::vector<Arr> in = make_inputs(c);
@@ -657,20 +765,31 @@ TEST_P(OpGradient, MatchesFiniteDifferences) {
 
   // Central differences of the double reference (exact up to O(eps^2)).
   std::vector<size_t> checked;
-  std::vector<std::vector<double>> fd(in.size());
+  std::vector<std::vector<size_t>> at(in.size());    // elements checked one by one
+  std::vector<std::vector<double>> fd(in.size());    // finite differences there
+  std::vector<std::vector<double>> dir(in.size());   // large inputs: a random direction V
+  std::vector<double> fd_dir(in.size());             //   and the directional derivative along it
   const double eps = 1e-6;
   for (size_t k = 0; k < in.size(); ++k) {
     if (!ref::is_float(in[k].dtype) || !c.in[k].grad) continue;
     checked.push_back(k);
-    fd[k].resize(in[k].v.size());
+    at[k] = checked_elements(in[k].numel(), seed_of(c.name, 2000 + k));
     std::vector<Arr> p = in;
-    for (size_t i = 0; i < in[k].v.size(); ++i) {
+    for (size_t i : at[k]) {
       p[k].v[i] = in[k].v[i] + eps;
       double lp = weighted_ref(c, p, R.v);
       p[k].v[i] = in[k].v[i] - eps;
       double lm = weighted_ref(c, p, R.v);
       p[k].v[i] = in[k].v[i];
-      fd[k][i] = (lp - lm) / (2 * eps);
+      fd[k].push_back((lp - lm) / (2 * eps));
+    }
+    if (in[k].numel() > kFullCheck) {
+      dir[k] = generate(F(in[k].shape), seed_of(c.name, 3000 + k)).v;
+      for (size_t i = 0; i < dir[k].size(); ++i) p[k].v[i] = in[k].v[i] + eps * dir[k][i];
+      double lp = weighted_ref(c, p, R.v);
+      for (size_t i = 0; i < dir[k].size(); ++i) p[k].v[i] = in[k].v[i] - eps * dir[k][i];
+      double lm = weighted_ref(c, p, R.v);
+      fd_dir[k] = (lp - lm) / (2 * eps);
     }
   }
   ASSERT_FALSE(checked.empty()) << "no floating input to check";
@@ -681,8 +800,8 @@ TEST_P(OpGradient, MatchesFiniteDifferences) {
       SCOPED_TRACE(::testing::Message() << "device " << dev << (noncontig ? ", non-contiguous leaves" : ", contiguous leaves"));
       std::vector<Tensor> x;
       for (size_t k = 0; k < in.size(); ++k) {
-        Tensor t = (noncontig ? to_noncontiguous(in[k]) : to_tensor(in[k])).to(dev);
-        if (!fd[k].empty()) t.set_requires_grad(true);
+        Tensor t = noncontig ? to_noncontiguous(in[k], dev) : to_tensor(in[k]).to(dev);
+        if (std::find(checked.begin(), checked.end(), k) != checked.end()) t.set_requires_grad(true);
         x.push_back(t);
       }
       Outs out = c.fn(x);
@@ -695,17 +814,32 @@ TEST_P(OpGradient, MatchesFiniteDifferences) {
         for (double v : fd[k]) gmax = std::max(gmax, std::abs(v));
         if (!g.defined()) {
           EXPECT_LE(gmax, c.grad_atol) << "input " << k << ": no gradient reached it, finite differences give up to " << gmax;
+          EXPECT_LE(std::abs(fd_dir[k]), c.grad_atol) << "input " << k << ": no gradient reached it";
           continue;
         }
         ASSERT_EQ(g.shape(), in[k].shape) << "input " << k << ": gradient shape";
         std::vector<double> gv = g.cpu().to_vector<double>();
         int bad = 0;
         std::ostringstream msg;
-        for (size_t i = 0; i < gv.size(); ++i) {
-          if (std::abs(gv[i] - fd[k][i]) <= c.grad_atol + c.grad_rtol * std::abs(fd[k][i])) continue;
-          if (bad++ < 5) msg << "\n  at " << i << ": autograd " << gv[i] << ", finite differences " << fd[k][i];
+        for (size_t j = 0; j < at[k].size(); ++j) {
+          const size_t i = at[k][j];
+          if (std::abs(gv[i] - fd[k][j]) <= c.grad_atol + c.grad_rtol * std::abs(fd[k][j])) continue;
+          if (bad++ < 5) msg << "\n  at " << i << ": autograd " << gv[i] << ", finite differences " << fd[k][j];
         }
-        EXPECT_EQ(bad, 0) << "input " << k << ": " << bad << " of " << gv.size() << " gradient values differ" << msg.str();
+        EXPECT_EQ(bad, 0) << "input " << k << ": " << bad << " of " << at[k].size() << " checked gradient values differ"
+                          << msg.str();
+        if (!dir[k].empty()) {
+          // sum(g * V) against the finite difference along V. float32 rounding of g adds up
+          // like a random walk, far below 1e-6 of sum(|g * V|); a wrong element (unless V is
+          // near 0 there) or a wrong block of them shows.
+          double dot = 0, scale = 0;
+          for (size_t i = 0; i < gv.size(); ++i) {
+            dot += gv[i] * dir[k][i];
+            scale += std::abs(gv[i] * dir[k][i]);
+          }
+          EXPECT_NEAR(dot, fd_dir[k], c.grad_atol + 1e-6 * scale)
+              << "input " << k << ": directional derivative over all " << gv.size() << " elements";
+        }
       }
     }
   }
@@ -718,6 +852,88 @@ INSTANTIATE_TEST_SUITE_P(Ops, OpGradient, ::testing::ValuesIn(differentiable_row
 TEST(OpTable, NamesAreUnique) {
   std::set<std::string> seen;
   for (const OpCase& c : op_table()) EXPECT_TRUE(seen.insert(c.name).second) << c.name;
+}
+
+// The "_big" rows exist to run the OpenMP paths: each has an input above the grain, and this
+// process has a team to give them.
+TEST(OpTable, LargeRowsRunOnATeam) {
+  EXPECT_GE(omp_get_max_threads(), 2) << "one OpenMP thread: every kernel loop runs inline";
+  int big = 0;
+  for (const OpCase& c : op_table()) {
+    if (c.name.size() < 4 || c.name.compare(c.name.size() - 4, 4, "_big") != 0) continue;
+    ++big;
+    int64_t most = 0;
+    for (const InSpec& in : c.in) most = std::max(most, ref::numel(in.shape));
+    EXPECT_TRUE(cpu::use_team(most)) << c.name << ": largest input has " << most << " elements, the grain is "
+                                     << cpu::kParallelGrain;
+  }
+  EXPECT_GE(big, 20);
+}
+
+// Every ops.def entry is run by some row: forward or backward, eager or in a compiled graph
+// (the fused ops exist only there). Each row is traced on the lazy device, backward included,
+// and the ops of its graph are collected before and after the standard passes.
+TEST(OpTable, EveryOpHasARow) {
+  // Entries no row can run, with where they are tested instead:
+  const std::set<ops::OpKind> elsewhere = {
+      // collectives need a process group of several processes: tests/test_dist.cpp.
+      ops::OpKind::AllReduce, ops::OpKind::AllGather, ops::OpKind::ReduceScatter, ops::OpKind::Broadcast};
+  std::set<ops::OpKind> seen;
+  const Device xla = axle::device();
+  for (const OpCase& c : op_table()) {
+    std::vector<Arr> in = make_inputs(c);
+    std::vector<Tensor> x;
+    for (size_t k = 0; k < in.size(); ++k) {
+      Tensor t = to_tensor(in[k]).to(xla);
+      if (c.diff && ref::is_float(in[k].dtype) && c.in[k].grad) t.set_requires_grad(true);
+      x.push_back(t);
+    }
+    Outs out = c.fn(x);
+    std::vector<Tensor> roots = out;
+    if (c.diff) {
+      out[0].backward(to_tensor(generate(F(out[0].shape()), 1)).to(xla));
+      for (const Tensor& t : x)
+        if (t.requires_grad() && t.grad().defined()) roots.push_back(t.grad());
+    }
+    std::vector<lazy::Value> vals;
+    for (const Tensor& t : roots)
+      if (t.defined() && t.impl()->lazy && t.impl()->lazy->ir) vals.push_back(t.impl()->lazy->ir);
+    if (vals.empty()) continue;
+    compiler::Program p = compiler::Program::from_graph(lazy::build_graph(vals));
+    auto collect = [&] {
+      for (const compiler::PNode& n : p.nodes)
+        if (!n.dead && n.kind == lazy::NodeKind::Op) seen.insert(n.op);
+    };
+    collect();
+    compiler::PassPipeline::standard().run(p);
+    collect();
+  }
+  for (size_t i = 0; i < size_t(ops::OpKind::kNumOps); ++i) {
+    const auto k = ops::OpKind(i);
+    if (elsewhere.count(k)) {
+      EXPECT_FALSE(seen.count(k)) << ops::op_name(k) << " is run by a row: take it off the allow-list";
+    } else {
+      EXPECT_TRUE(seen.count(k)) << "ops.def entry '" << ops::op_name(k) << "' is run by no row of op_table()";
+    }
+  }
+}
+
+// The ops without a gradient are exactly the ones ops.def (and the README) names.
+TEST(OpTable, GradientsAsDocumented) {
+  const std::set<std::string> no_vjp = {
+      // not differentiable: bool or integer outputs
+      "eq", "ne", "lt", "le", "gt", "ge", "argmax", "argmin",
+      // backward ops, called only by vjps, which run without grad mode (first order only)
+      "relu_backward", "gelu_backward", "slice_backward", "index_add", "scatter_add", "softmax_backward",
+      "log_softmax_backward", "nll_loss_backward", "conv2d_backward_input", "conv2d_backward_weight",
+      "max_pool2d_backward", "avg_pool2d_backward", "adaptive_avg_pool2d_backward",
+      // made by the compiler after autograd has recorded the trace
+      "fused_elementwise", "fused_sum"};
+  for (size_t i = 0; i < size_t(ops::OpKind::kNumOps); ++i) {
+    const auto k = ops::OpKind(i);
+    EXPECT_EQ(ops::op_def(k).vjp == nullptr, no_vjp.count(ops::op_name(k)) > 0)
+        << ops::op_name(k) << (ops::op_def(k).vjp ? " has a vjp" : " has no vjp");
+  }
 }
 
 

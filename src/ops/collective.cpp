@@ -159,7 +159,10 @@ Tensors broadcast_vjp(const VjpArgs& v) {
   // Every rank's output came from src: src's input gets the sum of all gradients.
   Tensor s = call1(OpKind::AllReduce, {v.grad[0]}, ops::Attrs{.ints = {int64_t(ReduceOp::Sum), v.attrs.ints[1]}, .floats = {}});
   const int rank = dist::detail::group_by_id(v.attrs.ints[1]).rank();
-  return {rank == v.attrs.ints[0] ? s : zeros_like(v.in[0])};
+  if (rank == v.attrs.ints[0]) return {s};
+  // Elsewhere a zero gradient that still reads s: on the lazy device an all-reduce whose
+  // result nothing holds never enters this rank's graph, and the other ranks would hang in it.
+  return {where(full({}, 0.0, {.dtype = kBool}), s, zeros_like(v.in[0]))};
 }
 
 }  // namespace

@@ -219,12 +219,6 @@ Tensors index_add_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>
   return {out};
 }
 
-Tensors index_add_vjp(const VjpArgs& v) {
-  if (!v.needs[0]) return {Tensor(), Tensor()};
-  Tensor r = index_select(v.grad[0], v.attrs.ints[0], v.in[1]);
-  return {r.shape() == v.in[0].shape() ? r : reshape(r, v.in[0].shape()), Tensor()};
-}
-
 // ------------------------------------------------------------------ gather / scatter_add
 /// Checks index against x for gather/scatter (same ndim; index.size(k) <= x.size(k) for k != dim).
 int64_t gather_check(const Shape& xs, const Tensor& idx, const Attrs& a, const char* op) {
@@ -357,18 +351,13 @@ Tensors scatter_add_cpu(const Tensors& in, const Attrs& a, const std::vector<Met
   return {out};
 }
 
-Tensors scatter_add_vjp(const VjpArgs& v) {
-  if (!v.needs[0]) return {Tensor(), Tensor()};
-  return {gather(v.grad[0], v.attrs.ints[0], v.in[1]), Tensor()};
-}
-
 }  // namespace
 
 AXLE_REGISTER_OP(Cat, {.infer = cat_infer, .cpu = cat_cpu, .vjp = cat_vjp});
 AXLE_REGISTER_OP(IndexSelect, {.infer = index_select_infer, .cpu = index_select_cpu, .vjp = index_select_vjp});
-AXLE_REGISTER_OP(IndexAdd, {.infer = index_add_infer, .cpu = index_add_cpu, .vjp = index_add_vjp});
+AXLE_REGISTER_OP(IndexAdd, {.infer = index_add_infer, .cpu = index_add_cpu});
 AXLE_REGISTER_OP(Gather, {.infer = gather_infer, .cpu = gather_cpu, .vjp = gather_vjp});
-AXLE_REGISTER_OP(ScatterAdd, {.infer = scatter_add_infer, .cpu = scatter_add_cpu, .vjp = scatter_add_vjp});
+AXLE_REGISTER_OP(ScatterAdd, {.infer = scatter_add_infer, .cpu = scatter_add_cpu});
 
 }  // namespace axle::ops
 

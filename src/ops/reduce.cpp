@@ -667,24 +667,6 @@ Tensors softmax_bwd_cpu(const Tensors& in, const Attrs& a, const std::vector<Met
   return {dx};
 }
 
-// Second-order gradients of the backward ops, written with public ops.
-template <bool Log>
-Tensors softmax_bwd_vjp(const VjpArgs& v) {
-  const Tensor &g = v.in[0], &y = v.in[1], &gg = v.grad[0];
-  const int64_t d = softmax_dim(y, v.attrs, "softmax_backward");
-  Tensor gg_g, gg_y;
-  if constexpr (Log) {
-    Tensor e = exp(y);
-    if (v.needs[0]) gg_g = sub(gg, sum(mul(gg, e), {d}, true));
-    if (v.needs[1]) gg_y = neg(mul(mul(gg, e), sum(g, {d}, true)));
-  } else {
-    Tensor ggy = sum(mul(gg, y), {d}, true);
-    if (v.needs[0]) gg_g = mul(y, sub(gg, ggy));
-    if (v.needs[1]) gg_y = sub(mul(gg, sub(g, sum(mul(g, y), {d}, true))), mul(ggy, g));
-  }
-  return {gg_g, gg_y};
-}
-
 // ------------------------------------------------------------------ nll_loss
 struct NllGeom {
   int64_t N, C, S;
@@ -798,13 +780,6 @@ Tensors nll_bwd_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>& 
   return {dx};
 }
 
-// Linear in grad: its vjp is nll_loss of the incoming gradient.
-Tensors nll_bwd_vjp(const VjpArgs& v) {
-  Tensor gg;
-  if (v.needs[0]) gg = call1(OpKind::NllLoss, {v.grad[0], v.in[1]}, v.attrs);
-  return {gg, Tensor(), Tensor()};
-}
-
 }  // namespace
 
 Shape reduced_shape(const Shape& s, const std::vector<bool>& m, bool keepdim) {
@@ -824,11 +799,11 @@ AXLE_REGISTER_OP(Argmin, {.infer = arg_infer<false>, .cpu = arg_cpu<false>, .vjp
 AXLE_REGISTER_OP(Softmax, {.infer = softmax_infer<false>, .cpu = softmax_cpu<false>, .vjp = softmax_vjp<false>});
 AXLE_REGISTER_OP(LogSoftmax, {.infer = softmax_infer<true>, .cpu = softmax_cpu<true>, .vjp = softmax_vjp<true>});
 AXLE_REGISTER_OP(SoftmaxBackward,
-                 {.infer = softmax_bwd_infer<false>, .cpu = softmax_bwd_cpu<false>, .vjp = softmax_bwd_vjp<false>});
+                 {.infer = softmax_bwd_infer<false>, .cpu = softmax_bwd_cpu<false>});
 AXLE_REGISTER_OP(LogSoftmaxBackward,
-                 {.infer = softmax_bwd_infer<true>, .cpu = softmax_bwd_cpu<true>, .vjp = softmax_bwd_vjp<true>});
+                 {.infer = softmax_bwd_infer<true>, .cpu = softmax_bwd_cpu<true>});
 AXLE_REGISTER_OP(NllLoss, {.infer = nll_infer, .cpu = nll_cpu, .vjp = nll_vjp});
-AXLE_REGISTER_OP(NllLossBackward, {.infer = nll_bwd_infer, .cpu = nll_bwd_cpu, .vjp = nll_bwd_vjp});
+AXLE_REGISTER_OP(NllLossBackward, {.infer = nll_bwd_infer, .cpu = nll_bwd_cpu});
 
 }  // namespace axle::ops
 

@@ -162,10 +162,6 @@ Tensors slice_backward_cpu(const Tensors& in, const Attrs& a, const std::vector<
   cpu::copy_into(region, in[0]);
   return {out};
 }
-Tensors slice_backward_vjp(const VjpArgs& v) {
-  const auto& i = v.attrs.ints;
-  return {slice(v.grad[0], i[0], i[1], i[2], i[3])};
-}
 
 }  // namespace
 
@@ -173,7 +169,7 @@ AXLE_REGISTER_OP(Reshape, {.infer = reshape_infer, .cpu = reshape_cpu, .vjp = re
 AXLE_REGISTER_OP(Permute, {.infer = permute_infer, .cpu = permute_cpu, .vjp = permute_vjp});
 AXLE_REGISTER_OP(Expand, {.infer = expand_infer, .cpu = expand_cpu, .vjp = expand_vjp});
 AXLE_REGISTER_OP(Slice, {.infer = slice_infer, .cpu = slice_cpu, .vjp = slice_vjp});
-AXLE_REGISTER_OP(SliceBackward, {.infer = slice_backward_infer, .cpu = slice_backward_cpu, .vjp = slice_backward_vjp});
+AXLE_REGISTER_OP(SliceBackward, {.infer = slice_backward_infer, .cpu = slice_backward_cpu});
 
 bool can_view(const Tensor& x, const Shape& shape) {
   return view_strides(x.shape(), x.strides(), shape).has_value();
