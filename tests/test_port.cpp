@@ -36,7 +36,7 @@ std::shared_ptr<data::TensorDataset> toy_dataset(int64_t n) {
   Generator gen(7);
   Tensor x = mul(randn({n, 1, 4, 4}, {}, &gen), 0.3);
   std::vector<float> xs = x.to_vector<float>();
-  std::vector<int64_t> ys(size_t(n));
+  std::vector<int64_t> ys(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
     const int64_t k = i % 4;
     ys[size_t(i)] = k;
@@ -129,7 +129,7 @@ TEST(PortPatterns, SingleDeviceWithStringsAndLossModule) {
   auto loss_fn = nn::CrossEntropyLoss();
 
   model->to("xla");                                             // model.to('xla')
-  optim::SGD optimizer(model->parameters(), {.lr = 0.1});
+  optim::SGD optimizer(model->parameters(), {.lr = 0.1, .momentum = 0.9});
   std::vector<Tensor> losses;
   for (const data::Example& batch : train_loader) {
     auto step = axle::step();                                   // with torch_xla.step():
@@ -153,7 +153,7 @@ TEST(PortPatterns, CompiledStepWithChainedModel) {
 
   auto device = axle::device();
   auto model = std::make_shared<MyModel>()->to(device);
-  optim::SGD optimizer(model->parameters(), {.lr = 0.1});
+  optim::SGD optimizer(model->parameters(), {.lr = 0.1, .momentum = 0.9});
   auto loss_fn = nn::CrossEntropyLoss();
 
   auto step_fn = [&](const Tensor& data, const Tensor& target) {
@@ -179,7 +179,7 @@ TEST(PortPatterns, NllAndMseModulesTrain) {
   manual_seed(1);
   data::DataLoader loader(toy_dataset(128), {.batch_size = 16, .shuffle = true});
   auto model = nn::to(std::make_shared<MyModel>(), "xla");
-  optim::SGD optimizer(model->parameters(), {.lr = 0.1});
+  optim::SGD optimizer(model->parameters(), {.lr = 0.1, .momentum = 0.9});
   nn::NLLLoss nll({.reduction = "mean"});
   std::vector<Tensor> losses;
   for (int epoch = 0; epoch < 2; ++epoch)
@@ -297,7 +297,9 @@ TEST(PortLosses, MatchPyTorchForwardAndGradient) {
       expect_close(r.out, c.at("output"), what + " loss");
       expect_close(r.grad_input, c.at("grad_input"), what + " grad input");
       if (c.contains("grad_target")) expect_close(r.grad_target, c.at("grad_target"), what + " grad target");
-      if (is_int(c.at("target"))) EXPECT_EQ(r.grad_target.defined(), false);
+      if (is_int(c.at("target"))) {
+        EXPECT_FALSE(r.grad_target.defined());
+      }
     }
   }
 }
@@ -324,7 +326,7 @@ TEST(PortExplain, BatchSizeChangeNamesEveryChangedInput) {
   manual_seed(0);
   data::DataLoader train_loader(toy_dataset(10), {.batch_size = 4});  // batches of 4, 4, 2
   auto model = std::make_shared<MyModel>()->to("xla");
-  optim::SGD optimizer(model->parameters(), {.lr = 0.1});
+  optim::SGD optimizer(model->parameters(), {.lr = 0.1, .momentum = 0.9});
   auto loss_fn = nn::CrossEntropyLoss();
   setenv("AXLE_DEBUG", "1", 1);
   testing::internal::CaptureStderr();
