@@ -341,6 +341,7 @@ TEST(PortExplain, BatchSizeChangeNamesEveryChangedInput) {
   std::string err = testing::internal::GetCapturedStderr();
   unsetenv("AXLE_DEBUG");
   const std::string why = lazy::last_explanation();
+  std::printf("the explanation: %s\n", why.c_str());
   EXPECT_NE(why.find("2 inputs changed:"), std::string::npos) << why;
   EXPECT_NE(why.find("(copied from cpu with .to()) changed from float32[4, 1, 4, 4] to float32[2, 1, 4, 4]"),
             std::string::npos) << why;
