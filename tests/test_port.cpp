@@ -402,3 +402,16 @@ TEST(PortExplain, LongListsAreCapped) {
   EXPECT_EQ(why.find("input 8 "), std::string::npos) << why;
   EXPECT_NE(why.find("... and 3 more"), std::string::npos) << why;
 }
+
+TEST(PortExplain, ScalarInputsAreNamed) {
+  // x * 3 takes the scalar in x's dtype: a graph input that changes with x's dtype.
+  auto f = compile([](const Tensor& x) { return mul(x, 3.0); }, {.name = "port_explain_scalar"});
+  (void)f(ones({2}, {.dtype = kInt64}).to("xla"));
+  (void)f(ones({2}).to("xla"));
+  std::string why = lazy::last_explanation();
+  EXPECT_NE(why.find("(tensor argument 0 of compiled function 'port_explain_scalar') changed from int64[2] to "
+                     "float32[2]"),
+            std::string::npos) << why;
+  EXPECT_NE(why.find("(a cpu scalar made a graph input, e.g. a learning rate) changed from int64[] to float32[]"),
+            std::string::npos) << why;
+}
