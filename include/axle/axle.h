@@ -15,6 +15,7 @@
 #include "axle/xm.h"
 #include "axle/nn/module.h"
 #include "axle/nn/modules.h"
+#include "axle/nn/loss.h"
 #include "axle/nn/parallel.h"
 #include "axle/optim/optimizer.h"
 #include "axle/optim/sgd.h"

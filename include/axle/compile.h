@@ -53,6 +53,13 @@ class CompiledCall {
   CompiledState& s_;
   void* saved_;
 };
+
+/// Names the k-th tensor argument of a call for AXLE_DEBUG explanations.
+void label_argument(CompiledState& s, int k, const Tensor& t);
+template <class T>
+void label_if_tensor(CompiledState& s, int& k, const T& arg) {
+  if constexpr (std::is_same_v<std::decay_t<T>, Tensor>) label_argument(s, k++, arg);
+}
 }  // namespace detail
 
 template <class F>
@@ -63,6 +70,8 @@ class CompiledFunction {
   template <class... Args>
   decltype(auto) operator()(Args&&... args) {
     detail::CompiledCall call(*state_);
+    int k = 0;
+    (detail::label_if_tensor(*state_, k, args), ...);
     if constexpr (std::is_void_v<std::invoke_result_t<F&, Args&&...>>) {
       fn_(std::forward<Args>(args)...);
       call.finish();

@@ -1,4 +1,6 @@
 // Devices: `cpu` runs each op eagerly; `xla:N` is the lazy device (ops are traced into a graph).
+// A Device converts implicitly from a string, as in PyTorch: `t.to("xla")`,
+// `model->to("cpu")`, `axle::Device("xla:0")`.
 #pragma once
 #include <cstdint>
 #include <iosfwd>
@@ -11,6 +13,11 @@ enum class DeviceType : uint8_t { CPU, XLA };
 struct Device {
   DeviceType type = DeviceType::CPU;
   int index = 0;
+
+  constexpr Device(DeviceType t = DeviceType::CPU, int i = 0) : type(t), index(i) {}
+  /// "cpu", "xla" (= "xla:0") or "xla:N"; anything else throws axle::Error. Implicit on purpose.
+  Device(const char* s);         // NOLINT(google-explicit-constructor)
+  Device(const std::string& s);  // NOLINT(google-explicit-constructor)
 
   bool is_cpu() const { return type == DeviceType::CPU; }
   bool is_xla() const { return type == DeviceType::XLA; }

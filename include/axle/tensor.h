@@ -57,6 +57,8 @@ class Tensor {
   /// Copies the elements (in logical row-major order) into a vector; converts dtype.
   template <class T> std::vector<T> to_vector() const;
 
+  /// Copies between cpu and xla (`t.to("xla")`, `t.to("cpu")`, `t.to(axle::device())`);
+  /// this tensor itself if already there.
   Tensor to(Device d) const;
   Tensor to(DType t) const;
   Tensor cpu() const { return to(kCPU); }

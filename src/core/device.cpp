@@ -8,6 +8,13 @@ namespace axle {
 
 std::string Device::str() const { return is_cpu() ? "cpu" : "xla:" + std::to_string(index); }
 
+Device::Device(const char* s) {
+  AXLE_CHECK(s != nullptr, "[device] expected 'cpu', 'xla' or 'xla:N', got a null string");
+  *this = parse(s);
+}
+
+Device::Device(const std::string& s) { *this = parse(s); }
+
 Device Device::parse(const std::string& s) {
   if (s == "cpu") return kCPU;
   if (s == "xla") return Device{DeviceType::XLA, 0};

@@ -274,11 +274,14 @@ void Tensor::set_data(const Tensor& other) const {
              shape_str(shape()), ", got ", other.dtype(), " ", shape_str(other.shape()));
   AXLE_CHECK(other.device() == device(), "[set_data] expected a tensor on ", device(), ", got ", other.device());
   const TensorImpl* o = other.impl();
+  std::shared_ptr<lazy::LazyTensor> old = std::move(impl_->lazy);
   impl_->lazy = o->lazy;
   impl_->storage = o->storage;
   impl_->strides = o->strides;
   impl_->offset = o->offset;
   impl_->refresh();
+  // New values, same tensor: it keeps its name in AXLE_DEBUG explanations ("parameter fc1.weight").
+  if (old && old->label_rank > 0) lazy::set_label(*this, old->label, lazy::LabelRank(old->label_rank));
 }
 
 Tensor Tensor::reshape(const Shape& s) const { return axle::reshape(*this, s); }

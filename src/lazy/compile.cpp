@@ -34,6 +34,11 @@ std::shared_ptr<CompiledState> make_compiled_state(CompileOptions o) {
   return s;
 }
 
+void label_argument(CompiledState& s, int k, const Tensor& t) {
+  lazy::set_label(t, "tensor argument " + std::to_string(k) + " of compiled function '" + s.opts.name + "'",
+                  lazy::kLabelArgument);
+}
+
 CompiledCall::CompiledCall(CompiledState& s) : s_(s), saved_(lazy::current_context()) {
   lazy::sync_all("before compile()");  // the function's graph holds only its own work
   lazy::set_current_context(&s_.ctx);

@@ -38,6 +38,7 @@ struct Node {
   std::weak_ptr<LazyTensor> owner;
   bool has_owner = false;
   double scalar = 0;  ///< Constant: its value
+  std::string label;  ///< Data: what this input is, for AXLE_DEBUG ("parameter fc1.weight", ...)
   /// build_graph's scratch: the pass that last visited this node, and the node's index in
   /// that pass's graph (faster than a hash map on every cut; graphs are cut on one thread).
   uint64_t visit = 0;
@@ -51,7 +52,20 @@ struct LazyTensor {
   Value ir;           ///< pending computation; null once materialised
   Tensor buffer;      ///< device data: a dense cpu tensor (contiguous, or e.g. channels-last)
   NodePtr data_node;  ///< the Data node that stands for `buffer` in graphs
+  std::string label;  ///< what this tensor is, for explanations (see set_label)
+  int label_rank = 0; ///< a LabelRank: a label replaces only one of equal or lower rank
 };
+
+/// How much a label says about a tensor: a parameter's name outranks "argument k of a
+/// compiled function", which outranks where the data came from ("copied from cpu").
+enum LabelRank : int { kLabelOrigin = 1, kLabelArgument = 2, kLabelModule = 3 };
+/// Names an xla tensor's data for AXLE_DEBUG explanations (no-op for cpu or undefined
+/// tensors, or when the tensor already has a label of higher rank).
+void set_label(const Tensor& t, const std::string& label, LabelRank rank);
+/// The label of an xla tensor ("" if none).
+std::string label_of(const Tensor& t);
+/// The explanation of the last uncached compile (whether or not AXLE_DEBUG printed it).
+std::string last_explanation();
 
 /// What the current trace belongs to: a plain step, or a compile()d function.
 struct TraceContext {

@@ -114,6 +114,7 @@ NodePtr data_node_for(const std::shared_ptr<LazyTensor>& lt, const Shape& shape,
     n->data = lt->buffer;
     n->owner = lt;
     n->has_owner = true;
+    n->label = lt->label;
     lt->data_node = std::move(n);
   }
   return lt->data_node;
@@ -134,6 +135,7 @@ Value value_of(const Tensor& t) {
     } else {
       n->kind = NodeKind::Data;
       n->data = t.contiguous();
+      n->label = "a cpu scalar made a graph input, e.g. a learning rate";
     }
     return {n, 0};
   }
@@ -158,12 +160,16 @@ void track(const std::shared_ptr<LazyTensor>& lt) {
 // Runs the graph for `targets` and stores each result in its LazyTensor.
 // --- AXLE_DEBUG / AXLE_SAVE_GRAPHS: explain and save each uncached compile.
 struct Summary {
-  std::vector<std::string> inputs, nodes;
+  std::vector<std::string> inputs, labels, nodes;
 };
 std::string meta_str(const ops::Meta& m) { return std::string(dtype_name(m.dtype)) + shape_str(m.shape); }
 Summary summarize(const Graph& g) {
   Summary s;
-  for (int i : g.inputs) s.inputs.push_back(meta_str(g.nodes[size_t(i)]->outs[0]));
+  for (int i : g.inputs) {
+    const Node* n = g.nodes[size_t(i)];
+    s.inputs.push_back(meta_str(n->outs[0]));
+    s.labels.push_back(!n->label.empty() ? n->label : n->has_owner ? "device data computed earlier" : "");
+  }
   for (const Node* n : g.nodes) {
     if (n->kind != NodeKind::Op) continue;
     std::string d = ops::op_name(n->op);
@@ -172,12 +178,27 @@ Summary summarize(const Graph& g) {
   }
   return s;
 }
+constexpr size_t kExplainLines = 8;  // changed inputs listed before "... and N more"
+std::string join_capped(const std::vector<std::string>& lines, const char* what) {
+  if (lines.size() == 1) return lines[0];
+  std::string out = std::to_string(lines.size()) + " " + what + " changed:";
+  for (size_t i = 0; i < lines.size() && i < kExplainLines; ++i) out += "\n  " + lines[i];
+  if (lines.size() > kExplainLines) out += "\n  ... and " + std::to_string(lines.size() - kExplainLines) + " more";
+  return out;
+}
+// Every changed input, named by what it is; failing that, the first op that differs.
 std::string explain_difference(const Summary& prev, const Summary& cur) {
+  std::vector<std::string> changed;
   for (size_t i = 0; i < std::min(prev.inputs.size(), cur.inputs.size()); ++i)
-    if (prev.inputs[i] != cur.inputs[i])
-      return "input " + std::to_string(i) + " changed from " + prev.inputs[i] + " to " + cur.inputs[i];
+    if (prev.inputs[i] != cur.inputs[i]) {
+      const std::string& label = cur.labels[i].empty() ? prev.labels[i] : cur.labels[i];
+      changed.push_back("input " + std::to_string(i) + (label.empty() ? "" : " (" + label + ")") + " changed from " +
+                        prev.inputs[i] + " to " + cur.inputs[i]);
+    }
   if (prev.inputs.size() != cur.inputs.size())
-    return "number of inputs changed from " + std::to_string(prev.inputs.size()) + " to " + std::to_string(cur.inputs.size());
+    changed.push_back("number of inputs changed from " + std::to_string(prev.inputs.size()) + " to " +
+                      std::to_string(cur.inputs.size()));
+  if (!changed.empty()) return join_capped(changed, "inputs");
   for (size_t i = 0; i < std::min(prev.nodes.size(), cur.nodes.size()); ++i)
     if (prev.nodes[i] != cur.nodes[i]) return "op " + std::to_string(i) + " changed from " + prev.nodes[i] + " to " + cur.nodes[i];
   if (prev.nodes.size() != cur.nodes.size())
@@ -196,15 +217,20 @@ std::map<std::string, Summary>& last_summary() {
   static auto* m = new std::map<std::string, Summary>();
   return *m;
 }
+std::string& last_explanation_text() {  // guarded by debug_mu()
+  static auto* s = new std::string();
+  return *s;
+}
 void on_uncached_compile(const Graph& g, const std::string& name, const char* cause) {
   std::lock_guard<std::mutex> lock(debug_mu());
   auto& last = last_summary();
   Summary cur = summarize(g);
   char hash[17];
   std::snprintf(hash, sizeof hash, "%016llx", static_cast<unsigned long long>(g.hash));
+  std::string why = "first graph of this name";
+  if (auto it = last.find(name); it != last.end()) why = explain_difference(it->second, cur);
+  last_explanation_text() = why;
   if (env_flag("AXLE_DEBUG")) {
-    std::string why = "first graph of this name";
-    if (auto it = last.find(name); it != last.end()) why = explain_difference(it->second, cur);
     std::fprintf(stderr, "[axle] compile graph '%s' %s (cause: %s; %zu ops, %zu inputs): %s\n", name.c_str(), hash,
                  cause, cur.nodes.size(), cur.inputs.size(), why.c_str());
   }
@@ -335,8 +361,28 @@ Tensor to_device(const Tensor& t, Device dev) {
   Tensor buf = make_tensor(t.shape(), t.dtype());
   cpu::copy_into(buf, t);
   lt->buffer = buf;
+  lt->label = "copied from cpu with .to()";
+  lt->label_rank = kLabelOrigin;
   stats().create.add();
   return make_xla(t.shape(), t.dtype(), dev, std::move(lt));
+}
+
+void set_label(const Tensor& t, const std::string& label, LabelRank rank) {
+  if (!t.defined() || !t.device().is_xla()) return;
+  LazyTensor& lt = *t.impl()->lazy;
+  if (lt.label_rank > rank) return;
+  lt.label = label;
+  lt.label_rank = rank;
+  if (lt.data_node) lt.data_node->label = label;
+}
+
+std::string label_of(const Tensor& t) {
+  return t.defined() && t.device().is_xla() ? t.impl()->lazy->label : std::string();
+}
+
+std::string last_explanation() {
+  std::lock_guard<std::mutex> lock(debug_mu());
+  return last_explanation_text();
 }
 
 TraceContext* current_context() { return g_context; }

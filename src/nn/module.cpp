@@ -7,6 +7,7 @@
 #include "axle/autograd.h"
 #include "axle/ops.h"
 #include "core/tensor_impl.h"
+#include "lazy/ir.h"
 
 namespace axle::nn {
 
@@ -210,7 +211,7 @@ void Module::train(bool on) {
   for (auto& [n, c] : children_) c->train(on);
 }
 
-void Module::to(Device d) {
+std::shared_ptr<Module> Module::to(Device d) {
   NoGradGuard ng;
   std::unordered_set<const TensorImpl*> done;
   auto move = [&](const Tensor& t) {
@@ -223,9 +224,11 @@ void Module::to(Device d) {
   };
   for (const auto& [n, p] : named_parameters()) move(p);
   for (const auto& [n, b] : named_buffers()) move(b);
+  label_tensors();
+  return weak_from_this().lock();
 }
 
-void Module::to(DType dt) {
+std::shared_ptr<Module> Module::to(DType dt) {
   AXLE_CHECK(is_floating(dt), "[", name(), ".to] expected a floating-point dtype, got ", dt);
   NoGradGuard ng;
   std::unordered_set<const TensorImpl*> done;
@@ -238,6 +241,14 @@ void Module::to(DType dt) {
   };
   for (const auto& [n, p] : named_parameters()) conv(p);
   for (const auto& [n, b] : named_buffers()) conv(b);
+  label_tensors();
+  return weak_from_this().lock();
+}
+
+void Module::label_tensors() const {
+  // Graph inputs are named after these in AXLE_DEBUG explanations.
+  for (const auto& [n, p] : named_parameters()) lazy::set_label(p, "parameter " + n, lazy::kLabelModule);
+  for (const auto& [n, b] : named_buffers()) lazy::set_label(b, "buffer " + n, lazy::kLabelModule);
 }
 
 void Module::zero_grad() {

@@ -23,7 +23,7 @@ namespace axle::nn {
 /// Ordered (name, tensor) pairs, as PyTorch's state_dict.
 using StateDict = std::vector<std::pair<std::string, Tensor>>;
 
-class Module {
+class Module : public std::enable_shared_from_this<Module> {
  public:
   Module() = default;
   virtual ~Module();
@@ -66,8 +66,11 @@ class Module {
   /// (floating tensors only for dtypes). The tensors keep their identity: handles
   /// held in members (Linear::weight, ...) see the change. Optimizer state is NOT
   /// moved: create optimizers after model->to(device), as in PyTorch/XLA.
-  void to(Device d);
-  void to(DType t);
+  /// Returns this module's shared_ptr (null for a module not held by one), so
+  /// `auto model = std::make_shared<Net>()->to("xla");` chains as in PyTorch; the
+  /// result is a ModulePtr: use nn::to(ptr, device) to keep the derived type.
+  std::shared_ptr<Module> to(Device d);
+  std::shared_ptr<Module> to(DType t);
 
   /// Sets every parameter's gradient to undefined.
   void zero_grad();
@@ -95,6 +98,8 @@ class Module {
                        std::vector<std::pair<std::string, Tensor>>& out) const;
   void collect_state(const std::string& prefix, StateDict& out) const;
   void str_into(std::string& out, int indent) const;
+  /// Names the xla parameters and buffers for AXLE_DEBUG ("parameter fc1.weight").
+  void label_tensors() const;
 
   std::vector<std::pair<std::string, Tensor>> params_;
   std::vector<std::pair<std::string, Tensor>> buffers_;
@@ -102,5 +107,20 @@ class Module {
 };
 
 using ModulePtr = std::shared_ptr<Module>;
+
+/// `module->to(d)` that keeps the module's type:
+/// `std::shared_ptr<Net> model = nn::to(std::make_shared<Net>(), "xla");`
+template <class M>
+std::shared_ptr<M> to(std::shared_ptr<M> module, Device d) {
+  AXLE_CHECK(module != nullptr, "[nn::to] expected a module, got a null pointer");
+  module->to(d);
+  return module;
+}
+template <class M>
+std::shared_ptr<M> to(std::shared_ptr<M> module, DType t) {
+  AXLE_CHECK(module != nullptr, "[nn::to] expected a module, got a null pointer");
+  module->to(t);
+  return module;
+}
 
 }  // namespace axle::nn
