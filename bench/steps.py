@@ -106,6 +106,7 @@ def main():
     ap.add_argument("--timeout", type=int, default=900, help="seconds per run")
     ap.add_argument("--json", required=True)
     a = ap.parse_args()
+    sys.stdout.reconfigure(line_buffering=True)  # keep the table in order with the progress on stderr
 
     systems, skipped, pythons = [], {}, {}
     for s in a.systems.split():
@@ -194,6 +195,9 @@ def main():
     with open(a.json, "w") as f:
         json.dump(out, f, indent=1)
     print(f"(JSON: {a.json}; {out['seconds']} s)")
+    # A peer may be missing or fail (printed above); axle itself failing is an error.
+    if any(rec is None for (_, _, s), recs in runs.items() if s in AXLE for rec in recs):
+        sys.exit("bench: an axle run failed (see above)")
 
 
 def cpu_model():

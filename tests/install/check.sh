@@ -29,10 +29,11 @@ say "installed into $P"
 
 # Programs must resolve libaxle inside the prefix, with no LD_LIBRARY_PATH help.
 uses_installed_lib() {  # program
-  local got
-  got=$(env -u LD_LIBRARY_PATH ldd "$1" | awk '/libaxle\.so/ {print $3}')
-  [ "$got" = "$(readlink -f "$lib")" ] || [ "$(readlink -f "$got")" = "$(readlink -f "$lib")" ] \
-    || die "$1 loads libaxle from '${got:-nowhere}', not from $LIBDIR"
+  local line got
+  line=$(env -u LD_LIBRARY_PATH ldd "$1" | grep 'libaxle\.so' || true)
+  got=$(awk '{print $3}' <<<"$line")
+  [ -n "$got" ] && [ "$(readlink -f "$got")" = "$(readlink -f "$lib")" ] \
+    || die "$1 does not load libaxle from $LIBDIR (ldd: ${line:-no libaxle})"
 }
 
 # Every installed header compiles on its own include path alone: none reaches into src/ or into a
