@@ -100,7 +100,7 @@ def main():
     ap.add_argument("--systems", default="axle-xla axle-cpu pt-eager pt-compile jax ptxla")
     ap.add_argument("--models", default="mlp cnn")
     ap.add_argument("--threads", default="1 2")
-    ap.add_argument("--steps", type=int, default=200, help="timed steps per run")
+    ap.add_argument("--steps", type=int, default=100, help="timed steps per run")
     ap.add_argument("--warm", type=int, default=20, help="warm-up steps per run (not timed)")
     ap.add_argument("--reps", type=int, default=2, help="rounds: runs of each system per configuration")
     ap.add_argument("--timeout", type=int, default=900, help="seconds per run")
