@@ -8,6 +8,7 @@
 #include "axle/axle.h"
 #include "axle/metrics.h"
 #include "axle/runtime.h"
+#include "lazy/ir.h"
 
 using namespace axle;
 
@@ -17,10 +18,16 @@ void expect_close(const Tensor& a, const Tensor& b, double tol = 1e-6) {
   ASSERT_EQ(x.size(), y.size());
   for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(x[i], y[i], tol * (1 + std::abs(y[i]))) << "at " << i;
 }
+// Counts start from zero and every graph from a cold in-memory cache, whatever ran before
+// (--gtest_repeat, --gtest_shuffle).
+void cold_start() {
+  metrics::reset();
+  lazy::clear_graph_cache();
+}
 }  // namespace
 
 TEST(Lazy, OpsAreTracedNotRun) {
-  metrics::reset();
+  cold_start();
   Tensor a = randn({4, 5}).to(device());
   Tensor b = relu(a * 2.5 + 1.0);
   EXPECT_EQ(b.device(), device());
@@ -32,33 +39,37 @@ TEST(Lazy, OpsAreTracedNotRun) {
 }
 
 TEST(Lazy, SameGraphNewDataHitsCache) {
-  metrics::reset();
+  cold_start();
   Tensor w = randn({8, 3}).to(device());
   for (int i = 0; i < 4; ++i) {
     Tensor x = randn({2, 8}).to(device());
-    Tensor y = matmul(x, w).cpu();
-    (void)y;
+    expect_close(matmul(x, w).cpu(), matmul(x.cpu(), w.cpu()));
   }
   EXPECT_EQ(metrics::counter_value("UncachedCompile"), 1);
   EXPECT_EQ(metrics::counter_value("CachedCompile"), 3);
 }
 
 TEST(Lazy, ChangingScalarDoesNotRecompile) {
-  metrics::reset();
+  cold_start();
   Tensor p = randn({16}).to(device());
+  std::vector<float> expect = p.to_vector<float>();
   for (double lr : {0.1, 0.05, 0.025}) {
     p.set_data(p - lr * p);  // a learning-rate style update
     axle::sync();
+    // Each step used its own scalar: a graph with the first lr baked in would repeat 0.9.
+    for (float& e : expect) e = float(e - lr * e);
+    std::vector<float> got = p.to_vector<float>();
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], expect[i], 1e-6 * (1 + std::abs(expect[i]))) << "lr " << lr << " at " << i;
   }
   EXPECT_EQ(metrics::counter_value("UncachedCompile"), 1);
   EXPECT_EQ(metrics::counter_value("CachedCompile"), 2);
 }
 
 TEST(Lazy, NewShapeCompilesOnce) {
-  metrics::reset();
+  cold_start();
   for (int64_t n : {3, 5, 3, 5, 5}) {
     Tensor x = ones({n, 4}).to(device());
-    (void)sum(exp(x)).item();
+    EXPECT_NEAR(sum(exp(x)).item(), double(n) * 4 * std::exp(1.0), 1e-4);
   }
   EXPECT_EQ(metrics::counter_value("UncachedCompile"), 2);
 }
@@ -97,79 +108,256 @@ TEST(Lazy, AutogradTracesAndMatchesEager) {
   expect_close(wx.grad().cpu(), w.grad());
 }
 
-// ---- persistent cache: a second process with the same AXLE_CACHE_DIR compiles nothing
+// ---- the in-memory cache's eviction, and the persistent cache (AXLE_CACHE_DIR): these
+// run the test program again as a child process (fresh caches, its own environment).
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
+#include <thread>
 
 #include "compiler/disk_cache.h"
 
 namespace {
-void child_graph() {
-  Tensor w = ones({8, 4}).to(device());
-  Tensor x = full({3, 8}, 0.5).to(device());
-  (void)sum(relu(matmul(x, w)) * 3.0).item();
+namespace fs = std::filesystem;
+
+std::string self_exe() { return "/proc/" + std::to_string(::getpid()) + "/exe"; }
+
+std::string read_all(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+void write_all(const fs::path& p, const std::string& bytes) {
+  std::ofstream(p, std::ios::binary | std::ios::trunc) << bytes;
+}
+
+// A fresh directory under the temp directory, removed at the end of the test.
+struct TempDir {
+  fs::path path;
+  explicit TempDir(const std::string& tag)
+      : path(fs::temp_directory_path() / ("axle-" + tag + "-" + std::to_string(::getpid()))) {
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+};
+
+// The disk-cache child's graph: graph "relu" (the default) or "sigmoid", which has the
+// same inputs and output shape but another op, so a file for one run for the other
+// gives wrong values rather than an error.
+Tensor child_graph(const std::string& which, Device dev) {
+  manual_seed(5);
+  Tensor w = randn({8, 4}).to(dev), x = randn({3, 8}).to(dev);
+  Tensor y = matmul(x, w);
+  return (which == "sigmoid" ? sigmoid(y) : relu(y)) * 3.0;
 }
 }  // namespace
 
-// Run only as a child process by the tests below (hence DISABLED_).
+// Run only as a child process by the tests below (hence DISABLED_): writes for each
+// step whether it compiled ("1") or hit the in-memory cache ("0").
 TEST(CacheChild, DISABLED_Lru) {
-  metrics::reset();
-  for (int64_t n : {2, 3, 2, 2}) (void)sum(exp(ones({n}).to(device()))).item();
-  std::ofstream(std::getenv("AXLE_CHILD_OUT")) << metrics::counter_value("UncachedCompile");
+  cold_start();
+  std::string pattern;
+  for (int64_t n : {2, 3, 2, 4, 2, 3}) {
+    const int64_t before = metrics::counter_value("UncachedCompile");
+    EXPECT_NEAR(sum(exp(ones({n}).to(device()))).item(), double(n) * std::exp(1.0), 1e-4);
+    pattern += metrics::counter_value("UncachedCompile") > before ? '1' : '0';
+  }
+  std::ofstream(std::getenv("AXLE_CHILD_OUT")) << pattern;
 }
 
 TEST(Cache, LeastRecentlyUsedGraphIsEvicted) {
-  namespace fs = std::filesystem;
-  fs::path out = fs::temp_directory_path() / ("axle-lru-test-" + std::to_string(::getpid()));
-  std::string cmd = "AXLE_CACHE_SIZE=1 AXLE_CHILD_OUT=" + out.string() + " /proc/" + std::to_string(::getpid()) +
-                    "/exe --gtest_also_run_disabled_tests --gtest_filter=CacheChild.DISABLED_Lru > /dev/null 2>&1";
+  TempDir dir("lru-test");
+  fs::path out = dir.path / "out";
+  std::string cmd = "AXLE_CACHE_SIZE=2 AXLE_CHILD_OUT=" + out.string() + " " + self_exe() +
+                    " --gtest_also_run_disabled_tests --gtest_filter=CacheChild.DISABLED_Lru > /dev/null 2>&1";
   ASSERT_EQ(std::system(cmd.c_str()), 0);
-  int64_t uncached = -1;
-  std::ifstream(out) >> uncached;
-  // Shapes 2, 3, 2, 2 with room for one graph: 2 compiles, 3 evicts it, 2 compiles again, then hits.
-  EXPECT_EQ(uncached, 3);
-  fs::remove(out);
+  // Graphs A B A C A B (sizes 2 3 2 4 2 3) with room for two. LRU: C evicts B (A was used
+  // since), so A hits and B compiles again: 110101. FIFO would evict A (110111), evicting
+  // the most recent would keep B (110110), and no eviction would give 110100.
+  EXPECT_EQ(read_all(out), "110101");
 }
 
+// Run only as a child process by the tests below: computes child_graph(AXLE_CHILD_GRAPH)
+// with AXLE_CACHE_DIR set by the parent and writes its counters and values. With
+// AXLE_CHILD_GATE it first waits for that file, so that children start together.
 TEST(DiskCacheChild, DISABLED_Run) {
-  metrics::reset();
-  child_graph();
-  std::ofstream(std::getenv("AXLE_CHILD_OUT")) << metrics::counter_value("UncachedCompile") << " "
-                                               << metrics::counter_value("PersistentCacheHit") << " "
-                                               << metrics::counter_value("PersistentCacheMiss");
+  if (const char* gate = std::getenv("AXLE_CHILD_GATE"))
+    for (int i = 0; i < 10000 && !fs::exists(gate); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  cold_start();
+  const char* which = std::getenv("AXLE_CHILD_GRAPH");
+  std::vector<float> v = child_graph(which ? which : "relu", device()).to_vector<float>();
+  std::ofstream f(std::getenv("AXLE_CHILD_OUT"));
+  f << metrics::counter_value("UncachedCompile") << " " << metrics::counter_value("PersistentCacheHit") << " "
+    << metrics::counter_value("PersistentCacheMiss");
+  char buf[32];
+  for (float x : v) {
+    std::snprintf(buf, sizeof buf, " %a", double(x));  // exact
+    f << buf;
+  }
 }
 
-TEST(DiskCache, SecondProcessCompilesNothing) {
-  namespace fs = std::filesystem;
-  fs::path dir = fs::temp_directory_path() / ("axle-cache-test-" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::path out = dir.string() + ".out";
-  std::string cmd = "AXLE_CACHE_DIR=" + dir.string() + " AXLE_CHILD_OUT=" + out.string() +
-                    " /proc/" + std::to_string(::getpid()) + "/exe --gtest_also_run_disabled_tests"
-                    " --gtest_filter=DiskCacheChild.DISABLED_Run > /dev/null 2>&1";
-  auto run = [&] {
-    EXPECT_EQ(std::system(cmd.c_str()), 0);
-    int64_t uncached = -1, hit = -1, miss = -1;
-    std::ifstream(out) >> uncached >> hit >> miss;
-    return std::array<int64_t, 3>{uncached, hit, miss};
+namespace {
+struct ChildRun {
+  int status = -1;
+  int64_t uncached = -1, hit = -1, miss = -1;
+  std::vector<float> values;
+  std::string err;  // its stderr
+};
+
+// The shell command for one disk-cache child; `tag` names its output files in `dir`/...
+std::string child_cmd(const fs::path& cache, const fs::path& files, const std::string& tag, const std::string& graph,
+                      const std::string& gate = "") {
+  return "AXLE_CACHE_DIR=" + cache.string() + " AXLE_CHILD_OUT=" + (files / (tag + ".out")).string() +
+         " AXLE_CHILD_GRAPH=" + graph + (gate.empty() ? "" : " AXLE_CHILD_GATE=" + gate) + " " + self_exe() +
+         " --gtest_also_run_disabled_tests --gtest_filter=DiskCacheChild.DISABLED_Run > /dev/null 2> " +
+         (files / (tag + ".err")).string();
+}
+ChildRun child_result(const fs::path& files, const std::string& tag) {
+  ChildRun r;
+  std::istringstream in(read_all(files / (tag + ".out")));
+  in >> r.uncached >> r.hit >> r.miss;
+  std::string hex;
+  while (in >> hex) r.values.push_back(float(std::strtod(hex.c_str(), nullptr)));
+  r.err = read_all(files / (tag + ".err"));
+  return r;
+}
+ChildRun run_child(const fs::path& cache, const fs::path& files, const std::string& tag,
+                   const std::string& graph = "relu") {
+  int status = std::system(child_cmd(cache, files, tag, graph).c_str());
+  ChildRun r = child_result(files, tag);
+  r.status = status;
+  return r;
+}
+
+// The one cache file in `cache`, and the graph hash its name gives.
+fs::path only_cache_file(const fs::path& cache, uint64_t* hash = nullptr) {
+  std::vector<fs::path> files;
+  for (auto& e : fs::directory_iterator(cache)) files.push_back(e.path());
+  EXPECT_EQ(files.size(), 1u) << "files in " << cache;
+  if (files.empty()) return {};
+  EXPECT_EQ(files[0].extension(), ".axlegraph") << files[0];
+  if (hash) *hash = std::strtoull(files[0].stem().c_str(), nullptr, 16);
+  return files[0];
+}
+
+// The values child_graph must produce, computed eagerly on the cpu.
+std::vector<float> reference(const std::string& graph = "relu") { return child_graph(graph, kCPU).to_vector<float>(); }
+
+void expect_values(const ChildRun& r, const std::vector<float>& want, const std::string& what) {
+  ASSERT_EQ(r.values.size(), want.size()) << what;
+  for (size_t i = 0; i < want.size(); ++i)
+    EXPECT_NEAR(r.values[i], want[i], 1e-5 * (1 + std::abs(want[i]))) << what << " at " << i;
+}
+}  // namespace
+
+TEST(DiskCache, SecondProcessCompilesNothingAndComputesTheSame) {
+  TempDir dir("disk-cache-test");
+  fs::path cache = dir.path / "cache";
+  ChildRun first = run_child(cache, dir.path, "first");
+  EXPECT_EQ(first.status, 0) << first.err;
+  EXPECT_EQ(first.uncached, 1);  // compiled
+  EXPECT_EQ(first.miss, 1);      // and missed the disk
+  EXPECT_EQ(first.hit, 0);
+  expect_values(first, reference(), "fresh compile");
+  ChildRun second = run_child(cache, dir.path, "second");
+  EXPECT_EQ(second.status, 0) << second.err;
+  EXPECT_EQ(second.uncached, 0);  // compiled nothing
+  EXPECT_EQ(second.hit, 1);       // found it on disk
+  EXPECT_EQ(second.values, first.values);  // the same program: the same bits
+  EXPECT_EQ(second.err.find("discarding"), std::string::npos) << second.err;
+}
+
+// A damaged or foreign file under a graph's name is discarded with a warning that says
+// why; the graph compiles again, computes the right values, and the file is rewritten.
+TEST(DiskCache, DamagedOrForeignFilesAreRejected) {
+  TempDir dir("disk-cache-reject");
+  // A valid file for graph "relu", and one for graph "sigmoid" in another directory.
+  ChildRun fresh = run_child(dir.path / "good", dir.path, "good");
+  ASSERT_EQ(fresh.status, 0) << fresh.err;
+  expect_values(fresh, reference(), "fresh compile");
+  uint64_t hash = 0;
+  const std::string good = read_all(only_cache_file(dir.path / "good", &hash));
+  ASSERT_EQ(run_child(dir.path / "other", dir.path, "other", "sigmoid").status, 0);
+  const std::string other = read_all(only_cache_file(dir.path / "other"));
+  ASSERT_GT(good.size(), 64u);
+  ASSERT_NE(good, other);
+  ASSERT_NE(reference("sigmoid"), reference("relu"));
+
+  struct Damage {
+    const char* name;
+    std::string bytes;
+    const char* reason;  // in the warning
   };
-  auto first = run();
-  EXPECT_EQ(first[0], 1);  // compiled
-  EXPECT_EQ(first[2], 1);  // and missed the disk
-  auto second = run();
-  EXPECT_EQ(second[0], 0);  // compiled nothing
-  EXPECT_EQ(second[1], 1);  // found it on disk
-  // A corrupt file is discarded with a warning, and the graph compiles again.
-  for (auto& e : fs::directory_iterator(dir)) std::ofstream(e.path(), std::ios::trunc) << "garbage";
-  auto third = run();
-  EXPECT_EQ(third[0], 1);
-  EXPECT_EQ(third[1], 0);
-  fs::remove_all(dir);
-  fs::remove(out);
+  std::string flipped = good;
+  flipped[good.size() / 2] ^= 0x10;  // in the program, after the header, before the checksum
+  std::string older = good;
+  older[7] = '2';  // format version 2
+  const std::vector<Damage> damages = {
+      {"not a cache file", "garbage", "not an axle cache file"},
+      {"a flipped byte", flipped, "checksum mismatch"},
+      {"cut off in the program", good.substr(0, good.size() - 20), "checksum mismatch"},
+      {"cut off in the header", good.substr(0, 12), "truncated cache file"},
+      {"an older format version", older, "format version 2, this build reads version 3"},
+      {"another graph's valid file", other, "file is for another graph"},
+  };
+  int k = 0;
+  for (const Damage& d : damages) {
+    SCOPED_TRACE(d.name);
+    fs::path cache = dir.path / ("case" + std::to_string(k));
+    fs::create_directories(cache);
+    char name[40];
+    std::snprintf(name, sizeof name, "%016llx.axlegraph", static_cast<unsigned long long>(hash));
+    write_all(cache / name, d.bytes);
+    ChildRun r = run_child(cache, dir.path, "case" + std::to_string(k++));
+    EXPECT_EQ(r.status, 0) << r.err;
+    EXPECT_EQ(r.hit, 0);
+    EXPECT_EQ(r.miss, 1);
+    EXPECT_EQ(r.uncached, 1);  // compiled again
+    EXPECT_EQ(r.values, fresh.values);
+    EXPECT_NE(r.err.find("discarding corrupt compilation cache file"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find(d.reason), std::string::npos) << r.err;
+    // ... and stored a good file in its place.
+    EXPECT_EQ(read_all(cache / name), good);
+  }
 }
 
-#include "lazy/ir.h"
+// Two processes compiling the same graph at once both succeed, and leave one valid file.
+TEST(DiskCache, ConcurrentWritersLeaveAValidEntry) {
+  TempDir dir("disk-cache-race");
+  const std::vector<float> want = reference();
+  for (int round = 0; round < 3; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    fs::path cache = dir.path / ("cache" + std::to_string(round));
+    fs::path gate = dir.path / ("gate" + std::to_string(round));
+    std::string a = "a" + std::to_string(round), b = "b" + std::to_string(round);
+    // Both children wait at the gate, which opens once both have started.
+    std::string cmd = "(" + child_cmd(cache, dir.path, a, "relu", gate.string()) + "; echo $? > " +
+                      (dir.path / (a + ".rc")).string() + ") & (" + child_cmd(cache, dir.path, b, "relu", gate.string()) +
+                      "; echo $? > " + (dir.path / (b + ".rc")).string() + ") & sleep 0.3; touch " + gate.string() +
+                      "; wait";
+    ASSERT_EQ(std::system(cmd.c_str()), 0);
+    for (const std::string& tag : {a, b}) {
+      ChildRun r = child_result(dir.path, tag);
+      EXPECT_EQ(read_all(dir.path / (tag + ".rc")), "0\n") << r.err;
+      EXPECT_EQ(r.uncached + r.hit, 1) << tag;  // compiled, or found the other's file
+      expect_values(r, want, tag);
+      EXPECT_EQ(r.err.find("discarding"), std::string::npos) << tag << ": " << r.err;  // never saw a partial file
+    }
+    // One entry, no temporaries left, and it holds the program: a third process hits.
+    uint64_t hash = 0;
+    fs::path file = only_cache_file(cache, &hash);
+    EXPECT_NO_THROW((void)compiler::deserialize(read_all(file), hash));
+    ChildRun third = run_child(cache, dir.path, "third" + std::to_string(round));
+    EXPECT_EQ(third.hit, 1);
+    EXPECT_EQ(third.uncached, 0);
+    expect_values(third, want, "third");
+  }
+}
 
 TEST(Lazy, UpdatedParameterKeepsItsBuffer) {
   Tensor p = randn({64, 32}).to(device()), buf = zeros({64, 32}).to(device());

@@ -1,5 +1,7 @@
 #include "compiler/disk_cache.h"
 
+#include <atomic>
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -11,11 +13,13 @@
 namespace axle::compiler {
 namespace {
 
-// The last byte is the format and pass-pipeline version: a program optimised by another
-// pipeline (e.g. before an op gained a fused variant) must not be run by this one.
+// A file starts with kMagic and one byte, the format and pass-pipeline version: a program
+// optimised by another pipeline (e.g. before an op gained a fused variant) must not be run
+// by this one.
 // 2: max_pool2d_backward with a fused relu backward (7 ints, 4 inputs), linear + relu (ints {1}).
 // 3: fused_sum (a sum fused into the elementwise chain that feeds it); op numbers after it moved.
-constexpr char kMagic[8] = {'A', 'X', 'L', 'E', 'P', 'G', 'M', '3'};
+constexpr char kMagic[7] = {'A', 'X', 'L', 'E', 'P', 'G', 'M'};
+constexpr char kVersion = '3';
 
 uint64_t fnv(const char* p, size_t n) {
   uint64_t h = 0xCBF29CE484222325ull;
@@ -87,7 +91,8 @@ struct Reader {
 
 std::string serialize(const Program& p, uint64_t hash) {
   Writer w;
-  w.out.append(kMagic, 8);
+  w.out.append(kMagic, 7);
+  w.out += kVersion;
   w.u64(hash);
   w.u64(uint64_t(p.num_inputs));
   w.u64(p.nodes.size());
@@ -121,10 +126,15 @@ std::string serialize(const Program& p, uint64_t hash) {
 }
 
 Program deserialize(const std::string& bytes, uint64_t expect_hash) {
-  AXLE_CHECK(bytes.size() >= 8 + 8 + 8 && std::memcmp(bytes.data(), kMagic, 8) == 0, "[cache] not an axle cache file");
+  AXLE_CHECK(bytes.size() >= 8 && std::memcmp(bytes.data(), kMagic, 7) == 0, "[cache] not an axle cache file");
+  const char v = bytes[7];
+  AXLE_CHECK(v == kVersion, "[cache] cache file has format version ", std::isprint(uint8_t(v)) ? v : '?',
+             ", this build reads version ", kVersion);
+  // Magic and version, graph hash, checksum: a shorter file was cut off.
+  AXLE_CHECK(bytes.size() >= 8 + 8 + 8, "[cache] truncated cache file (", bytes.size(), " bytes)");
   uint64_t stored;
   std::memcpy(&stored, bytes.data() + bytes.size() - 8, 8);
-  AXLE_CHECK(stored == fnv(bytes.data(), bytes.size() - 8), "[cache] checksum mismatch");
+  AXLE_CHECK(stored == fnv(bytes.data(), bytes.size() - 8), "[cache] checksum mismatch: the file is truncated or corrupt");
   std::string body = bytes.substr(0, bytes.size() - 8);
   Reader r{body, 8};
   AXLE_CHECK(r.u64() == expect_hash, "[cache] file is for another graph");
@@ -204,7 +214,9 @@ void disk_cache_store(const std::string& dir, uint64_t hash, const Program& p) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   std::string path = path_for(dir, hash);
-  std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  // A name no other writer uses, whether another process or another thread of this one.
+  static std::atomic<uint64_t> serial{0};
+  std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(serial.fetch_add(1));
   {
     std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
     if (!f) return;  // an unwritable cache directory only costs speed

@@ -94,6 +94,9 @@ void mark_step(const char* cause);
 void run_eagerly(const ops::Tensors& outs);
 /// Entries in the live-tensor registry (bounded: dead and materialised entries are pruned).
 size_t pending_count();
+/// Drops every compiled graph from the in-memory cache, so the next sync of any graph
+/// counts as a compile (the disk cache is untouched). For tests that count compiles.
+void clear_graph_cache();
 /// The TraceTime timer (time spent in ops on the lazy device).
 metrics::Timer& trace_timer();
 /// True while eager mode is on and no compile() region is tracing.

@@ -434,6 +434,13 @@ size_t pending_count() {
   return r.pending.size();
 }
 
+void clear_graph_cache() {
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lock(c.mu);
+  c.lru.clear();
+  c.map.clear();
+}
+
 bool eager_active() { return g_eager.load(std::memory_order_relaxed) && current_context() == nullptr; }
 
 void run_eagerly(const ops::Tensors& outs) {
