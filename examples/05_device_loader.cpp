@@ -47,8 +47,9 @@ int main(int argc, char** argv) try {
     const int64_t compiles = metrics::counter_value("UncachedCompile");
     const int64_t all_reduces = metrics::counter_value("CollectiveAllReduce");
     AXLE_CHECK(steps == max_steps && compiles == 1 && all_reduces == (runtime::world_size() > 1 ? steps : 0),
-               "[example] process ", index, ": expected ", max_steps, " steps, 1 compile and one all-reduce per step, got ",
-               steps, " steps, ", compiles, " compiles, ", all_reduces, " all-reduces");
+               "[example] process ", index, ": expected ", max_steps,
+               " steps, 1 compile and one all-reduce per step, got ", steps, " steps, ", compiles, " compiles, ",
+               all_reduces, " all-reduces");
     AXLE_CHECK(loss.item() < first_loss.item(), "[example] process ", index, ": the loss did not fall: ",
                first_loss.item(), " -> ", loss.item());
     xm::master_print("PASS: first loss ", first_loss.item());

@@ -223,7 +223,8 @@ TEST(Cli, ThreadCountChangesOnlyTheRounding) {
     ASSERT_GE(losses[0].size(), 10u);
     EXPECT_EQ(losses[2], losses[1]) << "two runs at --threads 2";
     for (size_t s = 0; s < losses[0].size(); ++s)
-      EXPECT_NEAR(losses[1][s], losses[0][s], 1e-5 * std::fabs(losses[0][s])) << "step " << s + 1 << ", --threads 2 vs 1";
+      EXPECT_NEAR(losses[1][s], losses[0][s], 1e-5 * std::fabs(losses[0][s]))
+          << "step " << s + 1 << ", --threads 2 vs 1";
   }
 }
 
