@@ -1,5 +1,6 @@
 // Graph compiler passes on small programs: node counts before and after, and the verifier.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include "axle/axle.h"
 #include "axle/runtime.h"
@@ -177,6 +178,32 @@ TEST(Passes, FusedSumOverEveryDimSetMatchesEager) {
       SCOPED_TRACE(shape_str(dims) + (keepdim ? " keepdim" : ""));
       expect_close(s, want);
     }
+}
+
+// A FusedSum adds into float64 partials, one per fixed group of tiles (never one per thread),
+// so its bits do not depend on the thread count. The data make the order visible even in
+// float64: +-1e17 at the two ends, whose ulp (16) swallows part of every addition in between.
+TEST(Passes, FusedSumDoesNotDependOnTheThreadCount) {
+  const int saved = omp_get_max_threads();
+  manual_seed(9);
+  const int64_t n = 1 << 18;  // 256 tiles
+  std::vector<float> v = randn({n}).to_vector<float>(), w = randn({n}).to_vector<float>();
+  v.front() = 1e17f;
+  v.back() = -1e17f;
+  w.front() = w.back() = 1.0f;  // the two cancel: the sum is that of the values in between
+  const Tensor x0 = from_vector(v, {n}), y0 = from_vector(w, {n});
+  std::vector<float> got;
+  for (int threads : {1, 2, 3}) {
+    omp_set_num_threads(threads);
+    Tensor s = sum(mul(x0.to(device()), y0.to(device())));
+    Program prog = trace({s});
+    PassPipeline::standard().run(prog);
+    EXPECT_EQ(count_op(prog, ops::OpKind::FusedSum), 1) << prog.text();
+    got.push_back(s.cpu().item<float>());
+  }
+  omp_set_num_threads(saved);
+  EXPECT_EQ(got[1], got[0]) << "2 threads vs 1";
+  EXPECT_EQ(got[2], got[0]) << "3 threads vs 1";
 }
 
 TEST(Passes, FusedSumWalksChannelsLastActivations) {

@@ -2,6 +2,7 @@
 // references or PyTorch 1.13 golden values (tests/ comments give the torch call), gradients
 // against finite differences, non-contiguous inputs, and errors.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
 #include <functional>
@@ -127,6 +128,28 @@ TEST(Reduce, LargeSumAccuracy) {
   Tensor x3 = reshape(x2, {15, 200'000});
   auto w1 = ref_sum(x3, {false, true});
   expect_near(sum(x3, {1}), std::vector<float>(w1.begin(), w1.end()), 1e-5);
+}
+
+// The bits of a sum do not depend on the OpenMP thread count (axle-train's --threads): every
+// parallel path splits its work into chunks fixed by the shape. Shapes that take each path:
+// rows, column tiles, row chunks of few column tiles (a bias gradient of a large batch), one long row.
+TEST(Reduce, SumDoesNotDependOnTheThreadCount) {
+  const int saved = omp_get_max_threads();
+  manual_seed(3);
+  const std::vector<std::pair<Shape, Shape>> cases = {
+      {{300, 1000}, {1}}, {{64, 300, 256}, {1}}, {{4096, 256}, {0}}, {{3, 2048, 300}, {1}}, {{1 << 18}, {}}};
+  for (const auto& [shape, dims] : cases) {
+    SCOPED_TRACE(::testing::PrintToString(shape) + " summed over " + ::testing::PrintToString(dims));
+    const Tensor x = randn(shape);
+    std::vector<std::vector<float>> got;
+    for (int threads : {1, 2, 3}) {
+      omp_set_num_threads(threads);
+      got.push_back(sum(x, dims).to_vector<float>());
+    }
+    omp_set_num_threads(saved);
+    EXPECT_EQ(got[1], got[0]) << "2 threads vs 1";
+    EXPECT_EQ(got[2], got[0]) << "3 threads vs 1";
+  }
 }
 
 TEST(Reduce, IntegerSumAndMean) {

@@ -15,8 +15,8 @@
 // FusedSum: a sum whose input is such a chain and read by nothing else (e.g. sum(x * x),
 // a loss's mean((a - b)^2)). Its ints are {keepdim, n, mask * n} (mask[d] = 1: dim d of S
 // is summed) followed by a tile program whose last output is the summed op: each tile's
-// values are added into per-thread float64 partials and never written out. Its other
-// outputs are written as usual.
+// values are added into float64 partials, one per fixed group of tiles (so the result does
+// not depend on the thread count), and never written out. Its other outputs are written as usual.
 #include <omp.h>
 
 #include <algorithm>
@@ -142,15 +142,17 @@ Prepared prepare(const FProgram& p, const Tensors& in, const std::vector<Meta>& 
 }
 
 // Runs the program over S in tiles of kTile elements (memory order), in parallel when S is
-// large. After each tile, visit(thread, start, n, base) may read every op's values for the
-// tile: base[i] points at op i's n values.
+// large. The tiles form `groups` runs of consecutive tiles (0: one per tile), each run by one
+// thread in order. After each tile, visit(group, start, n, base) may read every op's values
+// for the tile: base[i] points at op i's n values.
 template <class Visit>
-void run_tiles(const FProgram& p, const Prepared& r, Visit&& visit) {
+void run_tiles(const FProgram& p, const Prepared& r, int64_t groups, Visit&& visit) {
   const int64_t numel = shape_numel(p.shape);
   const int64_t ntiles = (numel + kTile - 1) / kTile;
+  if (groups <= 0 || groups > ntiles) groups = ntiles;
   const size_t nops = p.ops.size();
-  // Runs tile t on `thread`; base/isz are that thread's per-op pointers and item sizes.
-  auto tile = [&](int thread, int64_t t, char* scratch, char** base, int64_t* isz) {
+  // Runs tile t of `group`; base/isz are the running thread's per-op pointers and item sizes.
+  auto tile = [&](int64_t group, int64_t t, char* scratch, char** base, int64_t* isz) {
     const int64_t start = t * kTile, n = std::min(kTile, numel - start);
     for (size_t i = 0; i < nops; ++i) {
       const FOp& op = p.ops[i];
@@ -179,7 +181,10 @@ void run_tiles(const FProgram& p, const Prepared& r, Visit&& visit) {
         elementwise_raw(op.kind, op.compute, ptrs, strides, n);
       }
     }
-    visit(thread, start, n, base);
+    visit(group, start, n, base);
+  };
+  auto run_group = [&](int64_t g, char* scratch, char** base, int64_t* isz) {
+    for (int64_t t = g * ntiles / groups, e = (g + 1) * ntiles / groups; t < e; ++t) tile(g, t, scratch, base, isz);
   };
   // Per-thread tile scratch, kept across calls (no allocation or zero-fill per call).
   auto scratch_of_thread = [&]() -> char* {
@@ -187,11 +192,11 @@ void run_tiles(const FProgram& p, const Prepared& r, Visit&& visit) {
     if (scratch.size() < nops * size_t(kTile) * 8) scratch.resize(nops * size_t(kTile) * 8);
     return scratch.data();
   };
-  if (!cpu::use_team(numel, 4 * kTile)) {
+  if (groups < 2 || !cpu::use_team(numel, 4 * kTile)) {
     std::vector<char*> base(nops);
     std::vector<int64_t> isz(nops);
     char* scratch = scratch_of_thread();
-    for (int64_t t = 0; t < ntiles; ++t) tile(0, t, scratch, base.data(), isz.data());
+    for (int64_t g = 0; g < groups; ++g) run_group(g, scratch, base.data(), isz.data());
     return;
   }
 #pragma omp parallel
@@ -199,16 +204,15 @@ void run_tiles(const FProgram& p, const Prepared& r, Visit&& visit) {
     std::vector<char*> base(nops);
     std::vector<int64_t> isz(nops);
     char* scratch = scratch_of_thread();
-    const int thread = omp_get_thread_num();
 #pragma omp for schedule(static)
-    for (int64_t t = 0; t < ntiles; ++t) tile(thread, t, scratch, base.data(), isz.data());
+    for (int64_t g = 0; g < groups; ++g) run_group(g, scratch, base.data(), isz.data());
   }
 }
 
 Tensors fused_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>& m) {
   const FProgram p = parse(a);
   Prepared r = prepare(p, in, m, p.outputs.size(), "fused_elementwise");
-  run_tiles(p, r, [](int, int64_t, int64_t, char* const*) {});
+  run_tiles(p, r, 0, [](int64_t, int64_t, int64_t, char* const*) {});
   return std::move(r.outs);
 }
 
@@ -325,16 +329,21 @@ Tensors fused_sum_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>
   Tensor out = make_tensor(m.back().shape, kFloat32);
   const size_t on = size_t(out.numel());
   const int64_t summed = p.outputs.back();
-  // Per-thread float64 partials, added in thread order (the same result for a given thread count).
-  const int threads = cpu::use_team(shape_numel(p.shape), 4 * kTile) ? omp_get_max_threads() : 1;
-  std::vector<double> partial(size_t(threads) * on, 0.0);
-  run_tiles(p, r, [&](int thread, int64_t start, int64_t n, char* const* base) {
-    accumulate(reinterpret_cast<const float*>(base[summed]), start, n, walk, partial.data() + size_t(thread) * on);
+  // float64 partials, one per group of consecutive tiles, added in group order. The groups
+  // depend on the shapes only, never on the thread count, so neither does the result: up to
+  // 64 groups (enough to share among threads), fewer when the result is large (at most
+  // max(S / 8, 2^16) partial values, so zeroing and combining them stays cheap).
+  const int64_t numel = shape_numel(p.shape), ntiles = (numel + kTile - 1) / kTile;
+  const int64_t cap = std::max<int64_t>(numel / 8, 1 << 16) / std::max<int64_t>(1, int64_t(on));
+  const int64_t groups = std::max<int64_t>(1, std::min({ntiles, int64_t(64), cap}));
+  std::vector<double> partial(size_t(groups) * on, 0.0);
+  run_tiles(p, r, groups, [&](int64_t group, int64_t start, int64_t n, char* const* base) {
+    accumulate(reinterpret_cast<const float*>(base[summed]), start, n, walk, partial.data() + size_t(group) * on);
   });
   float* o = out.data<float>();
   for (size_t j = 0; j < on; ++j) {
     double t = 0;
-    for (int k = 0; k < threads; ++k) t += partial[size_t(k) * on + j];
+    for (int64_t k = 0; k < groups; ++k) t += partial[size_t(k) * on + j];
     o[j] = float(t);
   }
   Tensors outs = std::move(r.outs);

@@ -264,14 +264,14 @@ void reduce_kernel(const T* x, T* out, const Geom& g) {
   }
   if (g.I > 1) {
     const int64_t tiles = (g.I + 255) / 256;
-    constexpr int64_t CR = 512;  // fixed row chunks: the result does not depend on the thread count
-    if (g.O * tiles < 2 * omp_get_max_threads() && g.R >= 2 * CR && g.O * g.R * g.I >= 4 * kGrain &&
-        omp_get_max_threads() > 1) {
+    constexpr int64_t CR = 512;
+    if (g.O * tiles < 64 && g.R >= 2 * CR && g.O * g.R * g.I >= 4 * kGrain) {
       // Few column tiles but many rows (e.g. a big bias gradient): reduce row chunks in parallel,
-      // then reduce the partial results.
+      // then reduce the partial results. The choice and the chunks depend on the shape only, so
+      // the result does not depend on the thread count.
       const int64_t nc = (g.R + CR - 1) / CR;
       std::vector<T> part(static_cast<size_t>(g.O * nc * g.I));
-#pragma omp parallel for schedule(static) collapse(2)
+#pragma omp parallel for schedule(static) collapse(2) if (omp_get_max_threads() > 1)
       for (int64_t o = 0; o < g.O; ++o)
         for (int64_t c = 0; c < nc; ++c) {
           Geom gc{1, std::min(CR, g.R - c * CR), g.I};

@@ -286,8 +286,9 @@ int run(const Config& cfg) {
     return all;
   };
   auto save = [&](int64_t epoch, int64_t batch) {
-    if (cfg.save.empty() || !master) return;  // every rank holds the same parameters
-    fs::create_directories(cfg.save);
+    if (cfg.save.empty()) return;
+    if (master) fs::create_directories(cfg.save);  // every rank holds the same parameters: rank 0 writes
+    // ... but every rank calls save_checkpoint: xm::save is a collective (a rendezvous), as in torch_xla.
     if (batch == per_epoch) ++epoch, batch = 0;
     save_checkpoint(checkpoint_file(cfg.save), {.model = model.get(), .optimizer = opt.get(),
                                                 .generator = &default_generator(), .epoch = epoch, .batch = batch,
