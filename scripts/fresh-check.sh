@@ -162,14 +162,16 @@ t0=$SECONDS
 chroot "$ROOT" /usr/bin/env -i HOME=/root LANG=C.UTF-8 TERM=dumb DEBIAN_FRONTEND=noninteractive \
   PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
   /bin/bash -euo pipefail -c '
-    echo "fresh-check: inside: apt-get install make (the README asks for it first)" >&2
+    say() { echo "fresh-check: inside [${SECONDS} s]: $*" >&2; }
+    say "apt-get install make (the README asks for it first)"
     apt-get update -qq
     apt-get install -y -qq --no-install-recommends make >/dev/null
     cd /root/axle
-    echo "fresh-check: inside: make train TRAIN_ARGS=\"--max-steps 50\"" >&2
+    say "make train TRAIN_ARGS=\"--max-steps 50\""
     make train TRAIN_ARGS="--max-steps 50"
-    echo "fresh-check: inside: make test CTEST_ARGS=\"-R '"'"'$1'"'"'\"" >&2
+    say "make test CTEST_ARGS=\"-R '"'"'$1'"'"'\""
     make test CTEST_ARGS="-R '"'"'$1'"'"'"
+    say "done"
   ' fresh-check "$CTEST_SUBSET"
 log "the README's commands took $((SECONDS - t0)) s inside the fresh root"
 stage=done

@@ -11,6 +11,7 @@ PKGS=(
   nlohmann-json3-dev libcli11-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   clang libclang-rt-14-dev   # libFuzzer for the safetensors fuzz test
+  iproute2             # `ip netns`: the two-host test (test_multihost) makes its hosts with it
 )
 missing=()
 for p in "${PKGS[@]}"; do
