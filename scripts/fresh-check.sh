@@ -172,6 +172,7 @@ chroot "$ROOT" /usr/bin/env -i HOME=/root LANG=C.UTF-8 TERM=dumb DEBIAN_FRONTEND
     say "make test CTEST_ARGS=\"-R '"'"'$1'"'"'\""
     make test CTEST_ARGS="-R '"'"'$1'"'"'"
     say "done"
-  ' fresh-check "$CTEST_SUBSET"
+  ' fresh-check "$CTEST_SUBSET" &
+wait $!   # in the background so that a signal reaches the trap at once
 log "the README's commands took $((SECONDS - t0)) s inside the fresh root"
 stage=done
