@@ -2,8 +2,12 @@
 BUILD ?= build
 JOBS  ?= $(shell nproc)
 CMAKE_FLAGS ?=
+# Extra axle-train arguments for `make train` (e.g. "--max-steps 50"), extra ctest
+# arguments for `make test` (e.g. "-R 'Core|Cli'").
+TRAIN_ARGS ?=
+CTEST_ARGS ?=
 
-.PHONY: deps configure build train test test-asan bench fuzz clean
+.PHONY: deps configure build train test test-asan bench fuzz fresh-check clean
 
 deps:
 	@bash scripts/install-deps.sh
@@ -17,14 +21,14 @@ build: configure
 	cmake --build $(BUILD) -j $(JOBS)
 
 train: build
-	$(BUILD)/bin/axle-train --model cnn --epochs 1
+	$(BUILD)/bin/axle-train --model cnn --epochs 1 $(TRAIN_ARGS)
 
 test: build
-	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) $(CTEST_ARGS)
 
 # The unit tests under AddressSanitizer + UndefinedBehaviorSanitizer, in build-asan/.
 test-asan: deps
-	cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DAXLE_SANITIZE=ON -DAXLE_BUILD_BENCH=OFF
+	cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DAXLE_SANITIZE=ON -DAXLE_BUILD_BENCH=OFF $(CMAKE_FLAGS)
 	cmake --build build-asan -j $(JOBS)
 	cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	  ctest --output-on-failure -j $(JOBS)
@@ -38,6 +42,11 @@ FUZZ_PROGRAMS ?= 20000
 FUZZ_SEED ?= 1000
 fuzz: build
 	AXLE_FUZZ_PROGRAMS=$(FUZZ_PROGRAMS) AXLE_FUZZ_SEED=$(FUZZ_SEED) $(BUILD)/bin/test_fuzz_ops
+
+# The README's two commands on a fresh Debian 12 root made with debootstrap, as root (see
+# scripts/fresh-check.sh). The minimal root is cached in /var/cache/axle-fresh-check.
+fresh-check:
+	bash scripts/fresh-check.sh $(BUILD)/fresh-root
 
 clean:
 	rm -rf $(BUILD)

@@ -17,8 +17,8 @@ enum class OpKind : uint16_t {
 /// Op attributes: a flat list of ints and floats whose meaning each op documents in ops.def.
 /// Flat and comparable so the lazy device can hash them.
 struct Attrs {
-  std::vector<int64_t> ints;
-  std::vector<double> floats;
+  std::vector<int64_t> ints{};  // `{}`: {.ints = ...} may omit floats without a -Wextra warning
+  std::vector<double> floats{};
   friend bool operator==(const Attrs&, const Attrs&) = default;
 };
 

@@ -1,0 +1,178 @@
+#!/usr/bin/env bash
+# `make fresh-check`: proves the README's promise ("on a fresh Debian 12 machine: make train,
+# make test") on a Debian 12 root that starts with debootstrap's minimal set and nothing else.
+#
+#   scripts/fresh-check.sh ROOT_DIR
+#
+# 1. A minimal bookworm root (debootstrap --variant=minbase) from the mirror this machine's own
+#    apt configuration names, unpacked into ROOT_DIR. The finished minimal root is cached as a
+#    tar in $AXLE_FRESH_CACHE (default /var/cache/axle-fresh-check), and so are the .debs apt
+#    downloads inside it; with an empty cache everything is fetched again.
+# 2. The repository's files (tracked, and untracked but not ignored) copied to /root/axle.
+# 3. Inside, as root, with a clean environment: `apt-get install make` (the one thing the
+#    README asks for first), then exactly the README's two commands, shortened:
+#      make train TRAIN_ARGS="--max-steps 50"
+#      make test CTEST_ARGS="-R <quick suites>"
+#    A package missing from scripts/install-deps.sh fails the build or a test there.
+#
+# Needs root (debootstrap, chroot, mount); runs itself in a private mount namespace, and a
+# trap unmounts /proc, /sys, /dev, /dev/pts, /dev/shm and the .deb cache on every exit path.
+set -euo pipefail
+
+[ $# -eq 1 ] || { echo "usage: $0 ROOT_DIR" >&2; exit 2; }
+if [ "$(id -u)" -ne 0 ]; then exec sudo -E bash "$0" "$@"; fi
+# Mounts made in a private namespace vanish with it, even if this script is killed.
+if [ -z "${AXLE_FRESH_NS:-}" ]; then
+  exec env AXLE_FRESH_NS=1 unshare --mount --propagation private bash "$0" "$@"
+fi
+
+SUITE=bookworm
+ARCH=$(dpkg --print-architecture)
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+ROOT=$(realpath -m "$1")
+CACHE=${AXLE_FRESH_CACHE:-/var/cache/axle-fresh-check}
+# Quick suites of `make test`, one of them driving the axle-train binary.
+# (No '$' in it: make would expand it.)
+CTEST_SUBSET=${AXLE_FRESH_CTEST:-'^(Core|Serialize|Passes|ReadIdx|FashionMNIST|DataLoader)[.]|^Cli[.]Help|^example_01_single_device'}
+log() { echo "fresh-check: $*" >&2; }
+
+stage=setup
+mounts=()
+cleanup() {
+  local rc=$? pid i
+  set +e
+  # Anything still running inside the root (a test's child, an agent) holds mounts busy.
+  for pid in $(ls /proc | grep -E '^[0-9]+$'); do
+    [ "$(readlink "/proc/$pid/root" 2>/dev/null)" = "$ROOT" ] && kill -9 "$pid" 2>/dev/null
+  done
+  for ((i = ${#mounts[@]} - 1; i >= 0; i--)); do
+    umount "${mounts[i]}" 2>/dev/null || umount -l "${mounts[i]}"
+  done
+  if grep -q " $ROOT/" /proc/self/mounts; then
+    log "ERROR: mounts left under $ROOT:"; grep " $ROOT/" /proc/self/mounts >&2; rc=1
+  fi
+  if [ "$rc" -ne 0 ]; then
+    log "FAILED during '$stage' (exit $rc)"
+  else
+    log "PASSED"
+  fi
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM HUP
+
+# "URI SUITE" for every enabled Debian source in this machine's apt configuration, both the
+# one-line (.list) and the deb822 (.sources) formats.
+host_sources() {
+  local f
+  for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
+    [ -f "$f" ] || continue
+    awk '$1 == "deb" { i = 2; if ($2 ~ /^\[/) { while ($i !~ /\]$/) i++; i++ } print $i, $(i + 1) }' "$f"
+  done
+  for f in /etc/apt/sources.list.d/*.sources; do
+    [ -f "$f" ] || continue
+    awk 'function flush() {
+           if (types ~ /(^| )deb( |$)/ && enabled != "no")
+             for (u = 1; u <= nu; u++) for (s = 1; s <= ns; s++) print uri[u], suite[s]
+           types = ""; enabled = ""; nu = 0; ns = 0 }
+         /^#/ { next }
+         /^[ \t]*$/ { flush(); next }
+         { key = tolower($1); sub(/:$/, "", key); $1 = "" }
+         key == "types" { types = $0 " " }
+         key == "enabled" { enabled = tolower($2) }
+         key == "uris" { nu = split($0, uri, " ") }
+         key == "suites" { ns = split($0, suite, " ") }
+         END { flush() }' "$f"
+  done
+}
+
+mirror_for() { host_sources | awk -v s="$1" '$2 == s { print $1; exit }'; }
+
+mount_in() {  # mount_in TARGET MOUNT-ARGS...
+  local target=$ROOT$1; shift
+  mount "$@" "$target"
+  mounts+=("$target")
+}
+
+# --- 1. the minimal root --------------------------------------------------------------------
+stage="host tools"
+command -v debootstrap >/dev/null || {
+  log "installing debootstrap on this machine"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends debootstrap >/dev/null ||
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends debootstrap >/dev/null; }
+}
+MIRROR=$(mirror_for "$SUITE")
+[ -n "$MIRROR" ] || { log "ERROR: this machine's apt configuration names no mirror for '$SUITE'"; exit 1; }
+# The proxy and validity settings this machine's apt uses to reach that mirror.
+APT_NET=$(apt-config dump | grep -E '^Acquire::(Check-Valid-Until|Check-Date|https?::Proxy|Retries) ' || true)
+proxy=$(apt-config dump | sed -n 's/^Acquire::http::Proxy "\(.*\)";$/\1/p')
+[ -z "$proxy" ] || export http_proxy=$proxy
+
+stage="fresh root"
+if grep -q " $ROOT[/ ]" /proc/self/mounts; then
+  log "ERROR: something is mounted under $ROOT; not deleting it"; exit 1
+fi
+rm -rf --one-file-system "$ROOT"
+mkdir -p "$ROOT" "$CACHE/archives"
+key=$SUITE-minbase-$ARCH-$(echo "$MIRROR" | md5sum | cut -c1-8)
+tarball=$CACHE/$key.tar
+t0=$SECONDS
+if [ -f "$tarball" ]; then
+  log "minimal $SUITE root from the cache ($tarball)"
+  tar -C "$ROOT" --numeric-owner -xpf "$tarball"
+else
+  log "debootstrap --variant=minbase $SUITE from $MIRROR (empty cache)"
+  stage=debootstrap
+  debootstrap --variant=minbase --arch="$ARCH" "$SUITE" "$ROOT" "$MIRROR" > "$ROOT.debootstrap.log" 2>&1 ||
+    { tail -n 30 "$ROOT.debootstrap.log" >&2; exit 1; }
+  rm -f "$ROOT"/var/cache/apt/archives/*.deb
+  tar -C "$ROOT" --numeric-owner --one-file-system -cpf "$tarball.$$" . && mv "$tarball.$$" "$tarball"
+fi
+log "minimal root ready in $((SECONDS - t0)) s"
+
+stage="apt configuration"
+{
+  for s in "$SUITE" "$SUITE-updates" "$SUITE-security"; do
+    host_sources | awk -v s="$s" '$2 == s { print "deb " $1 " " s " main" }'
+  done
+} | sort -u > "$ROOT/etc/apt/sources.list"
+rm -f "$ROOT"/etc/apt/sources.list.d/*
+[ -z "$APT_NET" ] || echo "$APT_NET" > "$ROOT/etc/apt/apt.conf.d/00host-network"
+cp -L /etc/resolv.conf "$ROOT/etc/resolv.conf"
+
+# --- 2. the repository ----------------------------------------------------------------------
+stage="copy repository"
+mkdir -p "$ROOT/root/axle"
+(cd "$REPO" && git ls-files -z -co --exclude-standard |
+   while IFS= read -r -d '' f; do [ -e "$f" ] && printf '%s\0' "$f"; done |
+   tar --null -T - -cf -) | tar -C "$ROOT/root/axle" -xf -
+log "copied $(cd "$ROOT/root/axle" && find . -type f | wc -l) files to /root/axle"
+
+# --- 3. the README's commands, inside ------------------------------------------------------
+stage="mounts"
+mount_in /proc -t proc proc
+mount_in /sys -t sysfs -o ro sysfs
+mount_in /dev --bind /dev
+mount_in /dev/pts --bind /dev/pts
+mount_in /dev/shm -t tmpfs -o mode=1777,nosuid,nodev tmpfs   # POSIX shm (the dist code)
+mount_in /var/cache/apt/archives --bind "$CACHE/archives"
+
+stage="inside the fresh root"
+t0=$SECONDS
+chroot "$ROOT" /usr/bin/env -i HOME=/root LANG=C.UTF-8 TERM=dumb DEBIAN_FRONTEND=noninteractive \
+  PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+  /bin/bash -euo pipefail -c '
+    say() { echo "fresh-check: inside [${SECONDS} s]: $*" >&2; }
+    say "apt-get install make (the README asks for it first)"
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends make >/dev/null
+    cd /root/axle
+    say "make train TRAIN_ARGS=\"--max-steps 50\""
+    make train TRAIN_ARGS="--max-steps 50"
+    say "make test CTEST_ARGS=\"-R '"'"'$1'"'"'\""
+    make test CTEST_ARGS="-R '"'"'$1'"'"'"
+    say "done"
+  ' fresh-check "$CTEST_SUBSET" &
+wait $!   # in the background so that a signal reaches the trap at once
+log "the README's commands took $((SECONDS - t0)) s inside the fresh root"
+stage=done
