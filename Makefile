@@ -7,7 +7,7 @@ CMAKE_FLAGS ?=
 TRAIN_ARGS ?=
 CTEST_ARGS ?=
 
-.PHONY: deps configure build train test test-asan bench fuzz fresh-check clean
+.PHONY: deps configure build train test test-repeat test-asan bench fuzz fresh-check clean
 
 deps:
 	@bash scripts/install-deps.sh
@@ -25,6 +25,11 @@ train: build
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) $(CTEST_ARGS)
+
+# Every GoogleTest program twice in one process, in a shuffled order: a test that counts
+# on what ran before it (a warm graph cache, zeroed metrics) fails here.
+test-repeat: build
+	set -e; for t in $(BUILD)/bin/test_*; do echo "== $$t"; $$t --gtest_shuffle --gtest_repeat=2 --gtest_brief=1; done
 
 # The unit tests under AddressSanitizer + UndefinedBehaviorSanitizer, in build-asan/.
 test-asan: deps
@@ -50,9 +55,3 @@ fresh-check:
 
 clean:
 	rm -rf $(BUILD)
-
-# Every GoogleTest program twice in one process, in a shuffled order: a test that counts
-# on what ran before it (a warm graph cache, zeroed metrics) fails here.
-.PHONY: test-repeat
-test-repeat: build
-	set -e; for t in $(BUILD)/bin/test_*; do echo "== $$t"; $$t --gtest_shuffle --gtest_repeat=2 --gtest_brief=1; done
