@@ -107,10 +107,10 @@ class TwoHosts {
     if (!f) return;
     char line[512];
     std::vector<std::string> stale;
-    const std::regex re("^axmh([0-9]+)[ab]\\b.*");
+    const std::regex re("^axmh([0-9]+)[ab]\\b");  // a search: fgets keeps the newline
     while (std::fgets(line, sizeof line, f)) {
       std::cmatch m;
-      if (std::regex_match(line, m, re) && ::kill(std::stoi(m[1].str()), 0) != 0)
+      if (std::regex_search(line, m, re) && ::kill(std::stoi(m[1].str()), 0) != 0)
         stale.push_back(std::string(line).substr(0, std::string(line).find_first_of(" \n")));
     }
     ::pclose(f);
