@@ -1,66 +1,25 @@
 // axle-train end to end: flag errors, data errors and a short training run,
 // through the real binary (AXLE_TRAIN_BIN).
 #include <gtest/gtest.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <numeric>
-#include <sstream>
 #include <string>
 
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "test_util.h"
+
 namespace fs = std::filesystem;
 
 namespace {
 
-const std::string kRoot = "/usr/share/datasets/fashion-mnist";
-bool have_real_data() { return fs::exists(kRoot + "/train-images-idx3-ubyte.gz"); }
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    char tmpl[] = "/tmp/axle_test_cli_XXXXXX";
-    path = mkdtemp(tmpl);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string operator/(const std::string& name) const { return (path / name).string(); }
-};
-
-struct Result {
-  int status = -1;
-  std::string out, err;
-};
-
-std::string slurp(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-// Runs axle-train with `args`; stdout and stderr captured separately.
-Result run(const std::string& args) {
-  TempDir d;
-  const std::string cmd =
-      std::string("'") + AXLE_TRAIN_BIN + "' " + args + " >'" + (d / "out") + "' 2>'" + (d / "err") + "'";
-  const int ws = std::system(cmd.c_str());
-  Result r;
-  r.status = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + (WIFSIGNALED(ws) ? WTERMSIG(ws) : 0);
-  r.out = slurp(d / "out");
-  r.err = slurp(d / "err");
-  return r;
-}
+using namespace axle::test;
 
 int count_lines(const std::string& s) { return static_cast<int>(std::count(s.begin(), s.end(), '\n')); }
 
@@ -72,85 +31,66 @@ void expect_usage_error(const Result& r, const std::string& needle) {
   EXPECT_NE(r.err.find(needle), std::string::npos) << "expected '" << needle << "' in: " << r.err;
 }
 
-std::vector<unsigned char> idx_bytes(int ndim, const std::vector<uint32_t>& dims, size_t payload) {
-  std::vector<unsigned char> b{0, 0, 0x08, static_cast<unsigned char>(ndim)};
-  for (uint32_t d : dims)
-    for (int s = 24; s >= 0; s -= 8) b.push_back((d >> s) & 255);
-  uint32_t x = 12345;
-  for (size_t i = 0; i < payload; ++i) {
-    x = x * 1664525u + 1013904223u;
-    b.push_back(static_cast<unsigned char>(ndim == 1 ? (x >> 24) % 10 : x >> 24));
-  }
-  return b;
-}
-
-void write_gz(const std::string& path, const std::vector<unsigned char>& bytes) {
-  {
-    std::ofstream f(path + ".raw", std::ios::binary);
-    f.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-  }
-  const std::string cmd = "gzip -n -c '" + path + ".raw' > '" + path + "'";
-  ASSERT_EQ(std::system(cmd.c_str()), 0);
-  fs::remove(path + ".raw");
-}
+// Seed of the fake IDX files' pseudo-random bytes.
+constexpr uint32_t kSeed = 12345;
 
 }  // namespace
 
 TEST(Cli, Help) {
-  Result r = run("--help");
+  Result r = run_train("--help");
   EXPECT_EQ(r.status, 0);
   EXPECT_NE(r.out.find("--max-steps"), std::string::npos) << r.out;
 }
 
 TEST(Cli, BadFlags) {
-  expect_usage_error(run("--bogus"), "--bogus");
-  expect_usage_error(run("--model resnet"), "resnet");
-  expect_usage_error(run("--epochs abc"), "--epochs");
-  expect_usage_error(run("--batch-size 0"), "--batch-size");
-  expect_usage_error(run("--lr -1"), "--lr");
-  expect_usage_error(run("--optimizer lbfgs"), "lbfgs");
-  expect_usage_error(run("--epochs"), "--epochs");
+  expect_usage_error(run_train("--bogus"), "--bogus");
+  expect_usage_error(run_train("--model resnet"), "resnet");
+  expect_usage_error(run_train("--epochs abc"), "--epochs");
+  expect_usage_error(run_train("--batch-size 0"), "--batch-size");
+  expect_usage_error(run_train("--lr -1"), "--lr");
+  expect_usage_error(run_train("--optimizer lbfgs"), "lbfgs");
+  expect_usage_error(run_train("--epochs"), "--epochs");
 }
 
 TEST(Cli, PatternAndDeviceMismatch) {
-  expect_usage_error(run("--pattern compiled --device cpu"), "use --device xla");
-  expect_usage_error(run("--pattern ddp --device cpu"), "use --device xla");
-  expect_usage_error(run("--devices 4"), "--devices 4 needs --pattern multiprocess, ddp or loader");
+  expect_usage_error(run_train("--pattern compiled --device cpu"), "use --device xla");
+  expect_usage_error(run_train("--pattern ddp --device cpu"), "use --device xla");
+  expect_usage_error(run_train("--devices 4"), "--devices 4 needs --pattern multiprocess, ddp or loader");
 }
 
 TEST(Cli, MissingDataDirectory) {
   TempDir d;
-  const Result r = run("--data '" + (d / "no-such-dir") + "' --max-steps 1");
+  const Result r = run_train("--data '" + (d / "no-such-dir") + "' --max-steps 1");
   expect_usage_error(r, d / "no-such-dir");
   EXPECT_NE(r.err.find("does not exist"), std::string::npos);
 }
 
 TEST(Cli, MissingJsonDirectory) {
   TempDir d;
-  expect_usage_error(run("--max-steps 1 --json '" + (d / "nope/r.json") + "'"), d / "nope");
+  expect_usage_error(run_train("--max-steps 1 --json '" + (d / "nope/r.json") + "'"), d / "nope");
 }
 
 TEST(Cli, TruncatedIdxFile) {
   TempDir d;
-  write_gz(d / "train-labels-idx1-ubyte.gz", idx_bytes(1, {64}, 64));
-  write_gz(d / "t10k-images-idx3-ubyte.gz", idx_bytes(3, {16, 28, 28}, 16 * 784));
-  write_gz(d / "t10k-labels-idx1-ubyte.gz", idx_bytes(1, {16}, 16));
+  write_gz(d / "train-labels-idx1-ubyte.gz", idx_bytes({64}, 64, kSeed, true));
+  write_gz(d / "t10k-images-idx3-ubyte.gz", idx_bytes({16, 28, 28}, 16 * 784, kSeed, false));
+  write_gz(d / "t10k-labels-idx1-ubyte.gz", idx_bytes({16}, 16, kSeed, true));
   // header claims 64 images, the file holds 40
-  write_gz(d / "train-images-idx3-ubyte.gz", idx_bytes(3, {64, 28, 28}, 40 * 784));
-  Result r = run("--data '" + d.path.string() + "' --max-steps 1");
+  write_gz(d / "train-images-idx3-ubyte.gz", idx_bytes({64, 28, 28}, 40 * 784, kSeed, false));
+  Result r = run_train("--data '" + d.path.string() + "' --max-steps 1");
   expect_usage_error(r, d / "train-images-idx3-ubyte.gz");
   EXPECT_NE(r.err.find("truncated"), std::string::npos) << r.err;
   // a gzip stream cut short
-  write_gz(d / "train-images-idx3-ubyte.gz", idx_bytes(3, {64, 28, 28}, 64 * 784));
+  write_gz(d / "train-images-idx3-ubyte.gz", idx_bytes({64, 28, 28}, 64 * 784, kSeed, false));
   fs::resize_file(d / "train-images-idx3-ubyte.gz", fs::file_size(d / "train-images-idx3-ubyte.gz") / 2);
-  r = run("--data '" + d.path.string() + "' --max-steps 1");
+  r = run_train("--data '" + d.path.string() + "' --max-steps 1");
   expect_usage_error(r, d / "train-images-idx3-ubyte.gz");
   // a corrupt (non-IDX) file
   {
     std::ofstream f(d / "train-images-idx3-ubyte.gz", std::ios::trunc);
     f << "<html>not a data set</html>\n";
   }
-  r = run("--data '" + d.path.string() + "' --max-steps 1");
+  r = run_train("--data '" + d.path.string() + "' --max-steps 1");
   expect_usage_error(r, "bad magic number");
 }
 
@@ -158,7 +98,7 @@ TEST(Cli, ShortMlpRunWritesJson) {
   if (!have_real_data()) GTEST_SKIP() << "dataset-fashion-mnist is not installed";
   TempDir d;
   const std::string json = d / "r.json";
-  const Result r = run("--model mlp --max-steps 30 --threads 1 --json '" + json + "'");
+  const Result r = run_train("--model mlp --max-steps 30 --threads 1 --json '" + json + "'");
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.out.find("test accuracy"), std::string::npos) << r.out;
   EXPECT_FALSE(fs::exists(json + ".tmp"));
@@ -192,9 +132,9 @@ TEST(Cli, ShortMlpRunWritesJson) {
 
   // Same seed, same losses (model init and shuffling are seeded); another seed differs.
   const std::string json2 = d / "r2.json", json3 = d / "r3.json";
-  ASSERT_EQ(run("--model mlp --max-steps 30 --threads 1 --json '" + json2 + "'").status, 0);
+  ASSERT_EQ(run_train("--model mlp --max-steps 30 --threads 1 --json '" + json2 + "'").status, 0);
   EXPECT_EQ(nlohmann::json::parse(slurp(json2)).at("losses").get<std::vector<double>>(), losses);
-  ASSERT_EQ(run("--model mlp --max-steps 5 --threads 1 --seed 1 --json '" + json3 + "'").status, 0);
+  ASSERT_EQ(run_train("--model mlp --max-steps 5 --threads 1 --seed 1 --json '" + json3 + "'").status, 0);
   EXPECT_NE(nlohmann::json::parse(slurp(json3)).at("losses").get<std::vector<double>>()[0], losses[0]);
 }
 
@@ -215,7 +155,7 @@ TEST(Cli, ThreadCountChangesOnlyTheRounding) {
     std::vector<std::vector<double>> losses;
     for (int threads : {1, 2, 2}) {
       const std::string json = d / ("r" + std::to_string(losses.size()) + ".json");
-      const Result r = run(config + " --threads " + std::to_string(threads) + " --json '" + json + "'");
+      const Result r = run_train(config + " --threads " + std::to_string(threads) + " --json '" + json + "'");
       ASSERT_EQ(r.status, 0) << r.err;
       losses.push_back(nlohmann::json::parse(slurp(json)).at("losses").get<std::vector<double>>());
       ASSERT_EQ(losses.back().size(), losses.front().size());
@@ -235,14 +175,14 @@ TEST(Cli, ThreadCountChangesOnlyTheRounding) {
 // GoogleTest's random seed (time-based; --gtest_random_seed=N repeats a run's delay) and is
 // printed with every failure.
 TEST(Cli, KilledRunResumesToTheSameParameters) {
-  if (!have_real_data()) GTEST_SKIP() << "needs " << kRoot;
+  if (!have_real_data()) GTEST_SKIP() << "needs " << kFashionMnistDir;
   const int seed = testing::UnitTest::GetInstance()->random_seed();
   const int delay_ms = static_cast<int>(std::mt19937(static_cast<unsigned>(seed))() % 500);
   SCOPED_TRACE("killed " + std::to_string(delay_ms) + " ms after the first checkpoint (--gtest_random_seed=" +
                std::to_string(seed) + ")");
   TempDir d;
   const std::string common = " --model mlp --epochs 3 --max-steps 1000 --save-every 20 --threads 1 ";
-  const Result full = run(common + "--save '" + (d / "full") + "'");
+  const Result full = run_train(common + "--save '" + (d / "full") + "'");
   ASSERT_EQ(full.status, 0) << full.err;
   const std::string bin = std::string("'") + AXLE_TRAIN_BIN + "'";
   const std::string killed = (d / "killed");
@@ -253,7 +193,7 @@ TEST(Cli, KilledRunResumesToTheSameParameters) {
   std::ofstream(d / "kill.sh") << script << "\n";
   ASSERT_EQ(std::system(("bash '" + (d / "kill.sh") + "'").c_str()), 0);
   ASSERT_TRUE(fs::exists(killed + "/checkpoint.safetensors"));
-  const Result resumed = run(common + "--save '" + killed + "' --resume '" + killed + "'");
+  const Result resumed = run_train(common + "--save '" + killed + "' --resume '" + killed + "'");
   ASSERT_EQ(resumed.status, 0) << resumed.err;
   // It really was cut short: it resumed from a checkpoint before the last step.
   const size_t at = resumed.out.find("resumed from ");
@@ -280,8 +220,9 @@ TEST(Cli, InitFromPyTorchWeightsAndBadResume) {
   const auto golden = nlohmann::json::parse(slurp(AXLE_TEST_DATA "/cli_init_golden.json"));
   const auto expected = golden.at("losses").get<std::vector<double>>();
   ASSERT_EQ(expected.size(), 2u);
-  const Result r = run("--model cnn --data '" AXLE_TEST_DATA "/tiny_fmnist' --batch-size 64 --epochs 2 --threads 1 "
-                       "--init '" AXLE_TEST_DATA "/torch_cnn.safetensors' --json '" + (d / "r.json") + "'");
+  const Result r = run_train("--model cnn --data '" AXLE_TEST_DATA "/tiny_fmnist' --batch-size 64 --epochs 2 "
+                             "--threads 1 --init '" AXLE_TEST_DATA "/torch_cnn.safetensors' --json '" +
+                             (d / "r.json") + "'");
   ASSERT_EQ(r.status, 0) << r.err;
   const auto losses = nlohmann::json::parse(slurp(d / "r.json")).at("losses").get<std::vector<double>>();
   ASSERT_EQ(losses.size(), 2u);
@@ -291,21 +232,22 @@ TEST(Cli, InitFromPyTorchWeightsAndBadResume) {
   EXPECT_NEAR(losses[0], expected[0], 1e-5) << "first-step loss";
   EXPECT_NEAR(losses[1], expected[1], 1e-5) << "loss after one SGD step";
   // A missing checkpoint is a one-line error, exit status 2.
-  expect_usage_error(run("--max-steps 1 --resume '" + (d / "nothing") + "'"), "checkpoint.safetensors");
-  expect_usage_error(run("--max-steps 1 --save-every 5"), "--save-every needs --save");
+  expect_usage_error(run_train("--max-steps 1 --resume '" + (d / "nothing") + "'"), "checkpoint.safetensors");
+  expect_usage_error(run_train("--max-steps 1 --save-every 5"), "--save-every needs --save");
 }
 
 // Pattern 2: two processes with batch 64 each, gradients all-reduced (mean), shard the
 // same shuffled order a single process reads with batch 128: the same arithmetic up to the
 // order of the additions.
 TEST(Cli, MultiprocessMatchesSingleProcessOnTheConcatenatedBatch) {
-  if (!have_real_data()) GTEST_SKIP() << "needs " << kRoot;
+  if (!have_real_data()) GTEST_SKIP() << "needs " << kFashionMnistDir;
   TempDir d;
   const std::string common = "--model mlp --max-steps 40 --threads 1 ";
-  const Result one = run(common + "--batch-size 128 --save '" + (d / "one") + "' --json '" + (d / "one.json") + "'");
+  const Result one =
+      run_train(common + "--batch-size 128 --save '" + (d / "one") + "' --json '" + (d / "one.json") + "'");
   ASSERT_EQ(one.status, 0) << one.err;
-  const Result two = run("--pattern multiprocess --devices 2 " + common + "--batch-size 64 --save '" + (d / "two") +
-                         "' --json '" + (d / "two.json") + "'");
+  const Result two = run_train("--pattern multiprocess --devices 2 " + common + "--batch-size 64 --save '" +
+                               (d / "two") + "' --json '" + (d / "two.json") + "'");
   ASSERT_EQ(two.status, 0) << two.err;
   EXPECT_NE(two.out.find("[rank 0] "), std::string::npos) << two.out;
   const auto a = nlohmann::json::parse(slurp(d / "one.json")), b = nlohmann::json::parse(slurp(d / "two.json"));
@@ -341,7 +283,8 @@ TEST(Cli, MultiprocessMatchesSingleProcessOnTheConcatenatedBatch) {
   // Patterns 3 (DDP) and 5 (MpDeviceLoader + optimizer_step) do the same arithmetic as 2.
   for (const std::string pattern : {"ddp", "loader"}) {
     const std::string json = d / (pattern + ".json");
-    const Result r = run("--pattern " + pattern + " --devices 2 " + common + "--batch-size 64 --json '" + json + "'");
+    const Result r =
+        run_train("--pattern " + pattern + " --devices 2 " + common + "--batch-size 64 --json '" + json + "'");
     ASSERT_EQ(r.status, 0) << r.err;
     const auto c = nlohmann::json::parse(slurp(json));
     EXPECT_EQ(c.at("pattern"), pattern);

@@ -2,61 +2,18 @@
 // finished reports that run's figures (losses from the checkpoint, test accuracy of the
 // restored model), and a run resumed half-way reports the whole run's losses.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <cstdlib>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
-namespace fs = std::filesystem;
+#include "test_util.h"
 
 namespace {
 
-const std::string kRoot = "/usr/share/datasets/fashion-mnist";
-bool have_real_data() { return fs::exists(kRoot + "/train-images-idx3-ubyte.gz"); }
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    char tmpl[] = "/tmp/axle_test_resume_XXXXXX";
-    path = ::mkdtemp(tmpl);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string operator/(const std::string& name) const { return (path / name).string(); }
-};
-
-std::string slurp(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-struct Result {
-  int status = -1;
-  std::string out, err;
-};
-
-Result run(const std::string& args) {
-  TempDir d;
-  const std::string cmd =
-      std::string("'") + AXLE_TRAIN_BIN + "' " + args + " >'" + (d / "out") + "' 2>'" + (d / "err") + "'";
-  const int ws = std::system(cmd.c_str());
-  Result r;
-  r.status = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + (WIFSIGNALED(ws) ? WTERMSIG(ws) : 0);
-  r.out = slurp(d / "out");
-  r.err = slurp(d / "err");
-  return r;
-}
+using namespace axle::test;
 
 // The "result: ..." line of stdout.
 std::string result_line(const std::string& out) {
@@ -76,11 +33,11 @@ const std::string kCommon = " --model mlp --threads 1 --batch-size 64 ";
 }  // namespace
 
 TEST(CliResume, FinishedRunReportsItsFigures) {
-  if (!have_real_data()) GTEST_SKIP() << "needs " << kRoot;
+  if (!have_real_data()) GTEST_SKIP() << "needs " << kFashionMnistDir;
   TempDir d;
-  const Result first = run(kCommon + "--max-steps 25 --save '" + (d / "ck") + "' --json '" + (d / "a.json") + "'");
+  const Result first = run_train(kCommon + "--max-steps 25 --save '" + (d / "ck") + "' --json '" + (d / "a.json") + "'");
   ASSERT_EQ(first.status, 0) << first.err;
-  const Result again = run(kCommon + "--max-steps 25 --resume '" + (d / "ck") + "' --json '" + (d / "b.json") + "'");
+  const Result again = run_train(kCommon + "--max-steps 25 --resume '" + (d / "ck") + "' --json '" + (d / "b.json") + "'");
   ASSERT_EQ(again.status, 0) << again.err;
   EXPECT_NE(again.out.find("nothing left to train"), std::string::npos) << again.out;
 
@@ -102,14 +59,14 @@ TEST(CliResume, FinishedRunReportsItsFigures) {
 // Stopped after 15 steps, resumed to 25: the JSON lists every step's loss, as the
 // uninterrupted run does (training after the checkpoint is bit-identical).
 TEST(CliResume, ResumedRunListsTheWholeRunsLosses) {
-  if (!have_real_data()) GTEST_SKIP() << "needs " << kRoot;
+  if (!have_real_data()) GTEST_SKIP() << "needs " << kFashionMnistDir;
   TempDir d;
-  const Result full = run(kCommon + "--max-steps 25 --json '" + (d / "full.json") + "'");
+  const Result full = run_train(kCommon + "--max-steps 25 --json '" + (d / "full.json") + "'");
   ASSERT_EQ(full.status, 0) << full.err;
-  const Result part = run(kCommon + "--max-steps 15 --save '" + (d / "ck") + "'");
+  const Result part = run_train(kCommon + "--max-steps 15 --save '" + (d / "ck") + "'");
   ASSERT_EQ(part.status, 0) << part.err;
   const Result rest =
-      run(kCommon + "--max-steps 25 --resume '" + (d / "ck") + "' --json '" + (d / "rest.json") + "'");
+      run_train(kCommon + "--max-steps 25 --resume '" + (d / "ck") + "' --json '" + (d / "rest.json") + "'");
   ASSERT_EQ(rest.status, 0) << rest.err;
   EXPECT_EQ(rest.out.find("nothing left to train"), std::string::npos) << rest.out;
   const auto f = nlohmann::json::parse(slurp(d / "full.json")), r = nlohmann::json::parse(slurp(d / "rest.json"));

@@ -1,9 +1,9 @@
 // Multi-process tests: launch(), collectives on cpu tensors and inside lazy xla graphs,
 // xm::optimizer_step parity with single-process training, failure handling.
 //
-// launch() re-executes this test binary; main() below narrows a child to the test that
-// launched it (AXLE_DIST_TEST_FILTER), so the child re-runs that test's body, reaches
-// launch() and runs the rank function. Parent-side code never touches the xla device
+// launch() re-executes this test binary; main() below (launch_test_main, test_util.h)
+// narrows a child to the test that launched it, so the child re-runs that test's body,
+// reaches launch() and runs the rank function. Parent-side code never touches the xla device
 // (launch() refuses a process that did).
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -22,18 +22,15 @@
 #include "axle/axle.h"
 #include "compiler/program.h"
 #include "dist/dist_internal.h"
+#include "test_util.h"
 
 using namespace axle;
 namespace fs = std::filesystem;
 
 namespace {
 
-bool in_launched_child() { return std::getenv("AXLE_LAUNCH_RANK") != nullptr; }
-
-std::string current_test() {
-  const auto* info = testing::UnitTest::GetInstance()->current_test_info();
-  return std::string(info->test_suite_name()) + "." + info->name();
-}
+using axle::test::in_launched_child;
+using axle::test::prepare_launch;
 
 // A scratch directory shared by the parent and its children (children inherit it).
 std::string shared_dir() {
@@ -46,19 +43,8 @@ std::string shared_dir() {
 }
 
 // Runs fn(rank) on `world` processes; a failed expectation inside a child fails that rank.
-// A child runs only its test, so its n-th launch() is the n-th of that test (main()
-// hands it on as AXLE_LAUNCH_SEQ).
-void prepare_launch() {
-  static std::string test;
-  static int seq = 0;
-  if (test != current_test()) {
-    test = current_test();
-    seq = 0;
-  }
-  ::setenv("AXLE_DIST_TEST_FILTER", test.c_str(), 1);
-  ::setenv("AXLE_DIST_TEST_SEQ", std::to_string(seq++).c_str(), 1);
-}
-
+// A child runs only its test, so its n-th launch() is the n-th of that test (see
+// prepare_launch).
 void run_ranks(int world, const std::function<void(int)>& fn, double timeout_s = 60) {
   prepare_launch();
   launch(
@@ -67,6 +53,11 @@ void run_ranks(int world, const std::function<void(int)>& fn, double timeout_s =
         if (testing::Test::HasFailure()) throw std::runtime_error("a test expectation failed on rank " + std::to_string(rank));
       },
       {.world_size = world, .timeout_s = timeout_s});
+}
+
+// Runs `cmd` (helpers of this binary) with stdout and stderr captured together.
+axle::test::Result run_merged(const std::string& cmd) {
+  return axle::test::run_captured(cmd, axle::test::Stderr::kIntoStdout);
 }
 
 void expect_values(const Tensor& t, const std::vector<float>& want, const std::string& what) {
@@ -761,16 +752,12 @@ TEST(Dist, RendezvousTimeoutIsAClearError) {
 }
 
 TEST(Dist, ChildOutputIsPrefixedWithItsRank) {
-  // TrainRun the binary's helper test in a subprocess and read its stdout.
+  // Run the binary's helper test in a subprocess and read its output.
   const std::string cmd = "AXLE_DIST_HELPER=1 timeout 60 /proc/" + std::to_string(::getpid()) +
-                          "/exe --gtest_also_run_disabled_tests --gtest_filter=DistHelper.DISABLED_PrintRanks 2>&1";
-  FILE* f = ::popen(cmd.c_str(), "r");
-  ASSERT_NE(f, nullptr);
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
-  EXPECT_EQ(::pclose(f), 0) << out;
+                          "/exe --gtest_also_run_disabled_tests --gtest_filter=DistHelper.DISABLED_PrintRanks";
+  const axle::test::Result r = run_merged(cmd);
+  const std::string& out = r.out;
+  EXPECT_EQ(r.status, 0) << out;
   EXPECT_NE(out.find("[rank 0] hello from 0 of 2"), std::string::npos) << out;
   EXPECT_NE(out.find("[rank 1] hello from 1 of 2"), std::string::npos) << out;
   EXPECT_NE(out.find("[rank 1] to stderr 1"), std::string::npos) << out;
@@ -780,14 +767,10 @@ TEST(Dist, ChildOutputIsPrefixedWithItsRank) {
 
 TEST(Dist, DeviceUsedBeforeLaunchIsAnError) {
   const std::string cmd = "AXLE_DIST_HELPER=1 timeout 60 /proc/" + std::to_string(::getpid()) +
-                          "/exe --gtest_also_run_disabled_tests --gtest_filter=DistHelper.DISABLED_DeviceBeforeLaunch 2>&1";
-  FILE* f = ::popen(cmd.c_str(), "r");
-  ASSERT_NE(f, nullptr);
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
-  EXPECT_EQ(::pclose(f), 0) << out;
+                          "/exe --gtest_also_run_disabled_tests --gtest_filter=DistHelper.DISABLED_DeviceBeforeLaunch";
+  const axle::test::Result r = run_merged(cmd);
+  const std::string& out = r.out;
+  EXPECT_EQ(r.status, 0) << out;
   EXPECT_NE(out.find("device used before launch()"), std::string::npos) << out;
 }
 
@@ -808,14 +791,10 @@ TEST(Dist, ExternalLauncherWithTcpStore) {
                              std::to_string(port) + " AXLE_GLOO_HOST=127.0.0.1 timeout 60 " + exe +
                              " --gtest_also_run_disabled_tests --gtest_filter=DistHelper.DISABLED_External";
   const std::string cmd = "sh -c '" + std::string("RANK=0 LOCAL_RANK=0 ") + common + " & p=$!; RANK=1 LOCAL_RANK=1 " +
-                          common + " || exit 1; wait $p' 2>&1";
-  FILE* f = ::popen(cmd.c_str(), "r");
-  ASSERT_NE(f, nullptr);
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
-  EXPECT_EQ(::pclose(f), 0) << out;
+                          common + " || exit 1; wait $p'";
+  const axle::test::Result r = run_merged(cmd);
+  const std::string& out = r.out;
+  EXPECT_EQ(r.status, 0) << out;
   EXPECT_NE(out.find("external rank 0 ok"), std::string::npos) << out;
   EXPECT_NE(out.find("external rank 1 ok"), std::string::npos) << out;
 }
@@ -858,13 +837,4 @@ TEST(DistHelper, DISABLED_External) {
   }, {.timeout_s = 20});
 }
 
-int main(int argc, char** argv) {
-  if (in_launched_child()) GTEST_FLAG_SET(brief, true);
-  testing::InitGoogleTest(&argc, argv);
-  // A launched child runs only the test that launched it.
-  if (in_launched_child()) {
-    if (const char* f = std::getenv("AXLE_DIST_TEST_FILTER")) GTEST_FLAG_SET(filter, f);
-    if (const char* n = std::getenv("AXLE_DIST_TEST_SEQ")) ::setenv("AXLE_LAUNCH_SEQ", n, 1);
-  }
-  return RUN_ALL_TESTS();
-}
+int main(int argc, char** argv) { return axle::test::launch_test_main(argc, argv); }

@@ -13,29 +13,14 @@
 #include <thread>
 
 #include "axle/axle.h"
+#include "test_util.h"
 
 using namespace axle;
 
 namespace {
 
-bool in_launched_child() { return std::getenv("AXLE_LAUNCH_RANK") != nullptr; }
-
-std::string current_test() {
-  const auto* info = testing::UnitTest::GetInstance()->current_test_info();
-  return std::string(info->test_suite_name()) + "." + info->name();
-}
-
-// Before each launch(): a child runs only this test, resuming at this launch() call.
-void prepare_launch() {
-  static std::string test;
-  static int seq = 0;
-  if (test != current_test()) {
-    test = current_test();
-    seq = 0;
-  }
-  ::setenv("AXLE_LTEST_FILTER", test.c_str(), 1);
-  ::setenv("AXLE_LTEST_SEQ", std::to_string(seq++).c_str(), 1);
-}
+using axle::test::in_launched_child;
+using axle::test::prepare_launch;
 
 struct Output {
   int status = -1;
@@ -45,24 +30,21 @@ struct Output {
 
 // Runs helper test `name` of this binary in a fresh process.
 Output run_helper(const std::string& name, const std::string& env = "") {
-  char tmpl[] = "/tmp/axle_test_launch_XXXXXX";
-  const int fd = ::mkstemp(tmpl);
-  ::close(fd);
-  const std::string cmd = "AXLE_LTEST_HELPER=1 " + env + " timeout 120 /proc/" + std::to_string(::getpid()) +
-                          "/exe --gtest_also_run_disabled_tests --gtest_filter=LaunchHelper." + name + " 2>" + tmpl;
-  Output o;
-  FILE* f = ::popen(cmd.c_str(), "r");
-  if (!f) return o;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) o.text.append(buf, n);
-  o.status = ::pclose(f);
-  FILE* e = std::fopen(tmpl, "r");
-  while (e && (n = std::fread(buf, 1, sizeof buf, e)) > 0) o.err.append(buf, n);
-  if (e) std::fclose(e);
-  std::remove(tmpl);
-  o.text += o.err;
-  return o;
+  const axle::test::Result r = axle::test::run_captured(
+      "AXLE_LTEST_HELPER=1 " + env + " timeout 120 /proc/" + std::to_string(::getpid()) +
+          "/exe --gtest_also_run_disabled_tests --gtest_filter=LaunchHelper." + name);
+  return {r.status, r.out + r.err, r.err};
+}
+
+// Helpers DeviceCall, XlaDeviceCall: a two-process launch() that must throw; prints what
+// it threw ("rank ran" were a rank started).
+void launch_two_printing_the_error() {
+  try {
+    launch([](int) { std::printf("rank ran\n"); }, {.nprocs = 2});
+    FAIL() << "launch did not throw";
+  } catch (const Error& e) {
+    std::printf("caught: %s\n", e.what());
+  }
 }
 
 }  // namespace
@@ -147,12 +129,7 @@ TEST(LaunchHelper, DISABLED_DeviceCall) {
   if (!std::getenv("AXLE_LTEST_HELPER")) GTEST_SKIP();
   const Device dev = axle::device();  // only asked for, no tensor created on it
   EXPECT_TRUE(dev.is_xla());
-  try {
-    launch([](int) { std::printf("rank ran\n"); }, {.nprocs = 2});
-    FAIL() << "launch did not throw";
-  } catch (const Error& e) {
-    std::printf("caught: %s\n", e.what());
-  }
+  launch_two_printing_the_error();
 }
 
 TEST(LaunchHelper, DISABLED_XlaDeviceCall) {
@@ -161,12 +138,7 @@ TEST(LaunchHelper, DISABLED_XlaDeviceCall) {
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
   (void)xm::xla_device();
 #pragma GCC diagnostic pop
-  try {
-    launch([](int) { std::printf("rank ran\n"); }, {.nprocs = 2});
-    FAIL() << "launch did not throw";
-  } catch (const Error& e) {
-    std::printf("caught: %s\n", e.what());
-  }
+  launch_two_printing_the_error();
 }
 
 TEST(LaunchHelper, DISABLED_NoSetting) {
@@ -180,12 +152,4 @@ TEST(LaunchHelper, DISABLED_NprocsOne) {
   launch([](int index) { std::printf("index %d of %d\n", index, runtime::world_size()); }, {.nprocs = 1});
 }
 
-int main(int argc, char** argv) {
-  if (in_launched_child()) GTEST_FLAG_SET(brief, true);
-  testing::InitGoogleTest(&argc, argv);
-  if (in_launched_child()) {
-    if (const char* f = std::getenv("AXLE_LTEST_FILTER")) GTEST_FLAG_SET(filter, f);
-    if (const char* n = std::getenv("AXLE_LTEST_SEQ")) ::setenv("AXLE_LAUNCH_SEQ", n, 1);
-  }
-  return RUN_ALL_TESTS();
-}
+int main(int argc, char** argv) { return axle::test::launch_test_main(argc, argv); }

@@ -10,7 +10,6 @@
 // for tests) and exist only inside the two namespaces, so no traffic leaves them.
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -18,6 +17,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <regex>
 #include <sstream>
 #include <string>
@@ -25,21 +25,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include "test_util.h"
+
 namespace fs = std::filesystem;
 
 namespace {
 
-std::string slurp(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-int sh(const std::string& cmd) {
-  const int ws = std::system(cmd.c_str());
-  return WIFEXITED(ws) ? WEXITSTATUS(ws) : 128;
-}
+using axle::test::sh;
+using axle::test::slurp;
 
 std::string find_ip() {
   for (const char* p : {"/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip"})
@@ -47,38 +40,13 @@ std::string find_ip() {
   return "";
 }
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    char tmpl[] = "/tmp/axle_test_multihost_XXXXXX";
-    path = ::mkdtemp(tmpl);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string operator/(const std::string& name) const { return (path / name).string(); }
-};
+using axle::test::TempDir;
 
 // A small Fashion-MNIST-shaped data set (IDX, gzip): 640 training and 100 test images.
 void write_idx_gz(const std::string& path, const std::vector<uint32_t>& dims, uint32_t seed, bool labels) {
-  std::vector<unsigned char> b{0, 0, 0x08, static_cast<unsigned char>(dims.size())};
   size_t n = 1;
-  for (uint32_t d : dims) {
-    n *= d;
-    for (int s = 24; s >= 0; s -= 8) b.push_back((d >> s) & 255);
-  }
-  uint32_t x = seed;
-  for (size_t i = 0; i < n; ++i) {
-    x = x * 1664525u + 1013904223u;
-    b.push_back(static_cast<unsigned char>(labels ? (x >> 24) % 10 : x >> 24));
-  }
-  {
-    std::ofstream f(path + ".raw", std::ios::binary);
-    f.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
-  }
-  ASSERT_EQ(sh("gzip -n -c '" + path + ".raw' > '" + path + "'"), 0);
-  fs::remove(path + ".raw");
+  for (uint32_t d : dims) n *= d;
+  axle::test::write_gz(path, axle::test::idx_bytes(dims, n, seed, labels));
 }
 
 void write_data(const std::string& dir) {
@@ -108,13 +76,10 @@ class TwoHosts {
         "-n " + a_ + " link set lo up",
         "-n " + b_ + " link set lo up"};
     for (const std::string& step : steps) {
-      FILE* f = ::popen((ip_ + " " + step + " 2>&1").c_str(), "r");
-      std::string out;
-      char buf[512];
-      size_t n;
-      while (f && (n = std::fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
-      if (!f || ::pclose(f) != 0) {
-        why_ = "'ip " + step + "' failed: " + out;
+      const axle::test::Result r =
+          axle::test::run_captured(ip_ + " " + step, axle::test::Stderr::kIntoStdout);
+      if (r.status != 0) {
+        why_ = "'ip " + step + "' failed: " + r.out;
         return;
       }
     }
@@ -142,10 +107,10 @@ class TwoHosts {
     if (!f) return;
     char line[512];
     std::vector<std::string> stale;
-    const std::regex re("^axmh([0-9]+)[ab]\\b.*");
+    const std::regex re("^axmh([0-9]+)[ab]\\b");  // a search: fgets keeps the newline
     while (std::fgets(line, sizeof line, f)) {
       std::cmatch m;
-      if (std::regex_match(line, m, re) && ::kill(std::stoi(m[1].str()), 0) != 0)
+      if (std::regex_search(line, m, re) && ::kill(std::stoi(m[1].str()), 0) != 0)
         stale.push_back(std::string(line).substr(0, std::string(line).find_first_of(" \n")));
     }
     ::pclose(f);
@@ -155,10 +120,8 @@ class TwoHosts {
   std::string ip_, a_, b_, why_;
 };
 
-struct Rank {
-  int status = -1;
-  std::string out, err;
-};
+// A rank's exit status, stdout and stderr.
+using Rank = axle::test::Result;
 
 // Starts rank 0 on host A and rank 1 on host B (torchrun-style variables, nothing else
 // set) and waits for both. `extra[r]`: more environment for rank r.
@@ -195,25 +158,32 @@ std::vector<std::string> error_lines(const std::string& err) {
   return lines;
 }
 
-#define REQUIRE_TWO_HOSTS(ip)                                                                        \
-  const std::string ip = find_ip();                                                                  \
-  if (::geteuid() != 0) GTEST_SKIP() << "needs root to create network namespaces (running as uid " \
-                                     << ::geteuid() << ")";                                          \
-  if (ip.empty()) GTEST_SKIP() << "needs iproute2's ip (apt-get install iproute2)";
+// Each test: a scratch directory `d` with a data set in d/data, and the two hosts.
+// Skipped, with the reason, where the hosts cannot be made.
+class MultiHost : public testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string ip = find_ip();
+    if (::geteuid() != 0)
+      GTEST_SKIP() << "needs root to create network namespaces (running as uid " << ::geteuid() << ")";
+    if (ip.empty()) GTEST_SKIP() << "needs iproute2's ip (apt-get install iproute2)";
+    fs::create_directories(d / "data");
+    write_data(d / "data");
+    hosts.emplace(ip);
+    // Root without the right to create network namespaces (a container, a chroot): skipped.
+    if (!hosts->why_not().empty()) GTEST_SKIP() << "cannot create two network namespaces: " << hosts->why_not();
+  }
+
+  TempDir d;
+  std::optional<TwoHosts> hosts;
+};
 
 }  // namespace
 
-TEST(MultiHost, TwoNamespaceHostsTrainLikeOneLaunch) {
-  REQUIRE_TWO_HOSTS(ip);
-  TempDir d;
-  fs::create_directories(d / "data");
-  write_data(d / "data");
-  TwoHosts hosts(ip);
-  // Root without the right to create network namespaces (a container, a chroot): skipped.
-  if (!hosts.why_not().empty()) GTEST_SKIP() << "cannot create two network namespaces: " << hosts.why_not();
+TEST_F(MultiHost, TwoNamespaceHostsTrainLikeOneLaunch) {
   const std::string common = "--pattern ddp --model mlp --batch-size 64 --max-steps 5 --threads 1 --seed 3 --data '" +
                              (d / "data") + "' --timeout 60 ";
-  const std::vector<Rank> ranks = run_two(hosts, d, common + "--json '" + (d / "hosts.json") + "'");
+  const std::vector<Rank> ranks = run_two(*hosts, d, common + "--json '" + (d / "hosts.json") + "'");
   for (int r = 0; r < 2; ++r)
     ASSERT_EQ(ranks[size_t(r)].status, 0) << "rank " << r << ":\n" << ranks[size_t(r)].out << ranks[size_t(r)].err;
 
@@ -235,8 +205,8 @@ TEST(MultiHost, TwoNamespaceHostsTrainLikeOneLaunch) {
   // Rank 0 reaches its own store over loopback (as when MASTER_ADDR is its host name and
   // /etc/hosts maps that to 127.0.1.1): it advertises the address rank 1 reached it at.
   // Rank 1 names its interface with GLOO_SOCKET_IFNAME, as in PyTorch.
-  const std::vector<Rank> again = run_two(hosts, d, common + "--json '" + (d / "again.json") + "'",
-                                          {"MASTER_ADDR=127.0.0.1", "GLOO_SOCKET_IFNAME=" + hosts.b_interface()});
+  const std::vector<Rank> again = run_two(*hosts, d, common + "--json '" + (d / "again.json") + "'",
+                                          {"MASTER_ADDR=127.0.0.1", "GLOO_SOCKET_IFNAME=" + hosts->b_interface()});
   for (int r = 0; r < 2; ++r)
     ASSERT_EQ(again[size_t(r)].status, 0) << "rank " << r << ":\n" << again[size_t(r)].out << again[size_t(r)].err;
   EXPECT_EQ(nlohmann::json::parse(slurp(d / "again.json")).at("losses").get<std::vector<double>>(), lh);
@@ -245,9 +215,9 @@ TEST(MultiHost, TwoNamespaceHostsTrainLikeOneLaunch) {
   // MASTER_ADDR: with no connection to take an address from, the interfaces are named.
   fs::create_directories(d / "rdzv");
   const std::string dir = "AXLE_RENDEZVOUS_DIR='" + (d / "rdzv") + "' ";
-  const std::vector<Rank> shared = run_two(hosts, d, common + "--json '" + (d / "shared.json") + "'",
-                                           {dir + "GLOO_SOCKET_IFNAME=" + hosts.a_interface(),
-                                            dir + "GLOO_SOCKET_IFNAME=" + hosts.b_interface()});
+  const std::vector<Rank> shared = run_two(*hosts, d, common + "--json '" + (d / "shared.json") + "'",
+                                           {dir + "GLOO_SOCKET_IFNAME=" + hosts->a_interface(),
+                                            dir + "GLOO_SOCKET_IFNAME=" + hosts->b_interface()});
   for (int r = 0; r < 2; ++r)
     ASSERT_EQ(shared[size_t(r)].status, 0) << "rank " << r << ":\n" << shared[size_t(r)].out << shared[size_t(r)].err;
   EXPECT_EQ(nlohmann::json::parse(slurp(d / "shared.json")).at("losses").get<std::vector<double>>(), lh);
@@ -255,20 +225,13 @@ TEST(MultiHost, TwoNamespaceHostsTrainLikeOneLaunch) {
 
 // A rank that cannot take part makes both fail at once, with the same one-line message,
 // long before the rendezvous timeout.
-TEST(MultiHost, ARankThatCannotJoinFailsEveryRankWithOneMessage) {
-  REQUIRE_TWO_HOSTS(ip);
-  TempDir d;
-  fs::create_directories(d / "data");
-  write_data(d / "data");
-  TwoHosts hosts(ip);
-  // Root without the right to create network namespaces (a container, a chroot): skipped.
-  if (!hosts.why_not().empty()) GTEST_SKIP() << "cannot create two network namespaces: " << hosts.why_not();
+TEST_F(MultiHost, ARankThatCannotJoinFailsEveryRankWithOneMessage) {
   const std::string common = "--pattern ddp --model mlp --batch-size 64 --max-steps 5 --threads 1 --data '" +
                              (d / "data") + "' ";
 
   // Rank 1 is told to use its loopback interface: peers on the other host cannot reach it.
   const auto t0 = std::chrono::steady_clock::now();
-  std::vector<Rank> ranks = run_two(hosts, d, common + "--timeout 120", {"", "GLOO_SOCKET_IFNAME=lo"});
+  std::vector<Rank> ranks = run_two(*hosts, d, common + "--timeout 120", {"", "GLOO_SOCKET_IFNAME=lo"});
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(100)) << "a rank waited for the timeout";
   std::vector<std::vector<std::string>> lines;
   for (int r = 0; r < 2; ++r) {
@@ -283,7 +246,7 @@ TEST(MultiHost, ARankThatCannotJoinFailsEveryRankWithOneMessage) {
 
   // Rank 1 cannot reach the store (a port nobody serves): rank 0 names it when the
   // rendezvous times out; rank 1 says what it could not reach. Both within the timeout.
-  ranks = run_two(hosts, d, common + "--timeout 4", {"", ""}, /*master_port_of_rank1=*/29501);
+  ranks = run_two(*hosts, d, common + "--timeout 4", {"", ""}, /*master_port_of_rank1=*/29501);
   for (int r = 0; r < 2; ++r) {
     EXPECT_EQ(ranks[size_t(r)].status, 2) << "rank " << r << ": " << ranks[size_t(r)].err;
     ASSERT_EQ(error_lines(ranks[size_t(r)].err).size(), 1u) << "rank " << r << ": " << ranks[size_t(r)].err;
