@@ -4,11 +4,14 @@
 # and with pkg-config -- and runs both builds and the installed axle-train. Every program must
 # load the installed libaxle (not the build tree's).
 #
-#   bash tests/install/check.sh BUILD_DIR [CXX] [CMAKE]
+#   bash tests/install/check.sh BUILD_DIR [CXX] [CMAKE] [CONSUMER_FLAGS]
+#
+# CONSUMER_FLAGS go to both consumer builds (the sanitizer build passes -fsanitize=...).
 set -euo pipefail
 B=$(cd "$1" && pwd)
 CXX=${2:-c++}
 CMAKE=${3:-cmake}
+XFLAGS=${4:-}
 S=$(cd "$(dirname "$0")" && pwd)
 W="$B/install-check"
 P="$W/prefix"
@@ -50,7 +53,7 @@ env -u LD_LIBRARY_PATH "$P/bin/axle-train" --help >/dev/null || die "installed a
 say "installed axle-train runs"
 
 # 1. CMake: find_package(axle) from the prefix.
-"$CMAKE" -S "$S" -B "$W/cmake" -DCMAKE_PREFIX_PATH="$P" -DCMAKE_CXX_COMPILER="$CXX" -DCMAKE_BUILD_TYPE=Release \
+"$CMAKE" -S "$S" -B "$W/cmake" -DCMAKE_PREFIX_PATH="$P" -DCMAKE_CXX_COMPILER="$CXX" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS="$XFLAGS" \
   >"$W/cmake-configure.log" 2>&1 || { cat "$W/cmake-configure.log" >&2; die "configure with find_package(axle)"; }
 found=$(sed -n 's/^axle_DIR:PATH=//p' "$W/cmake/CMakeCache.txt")
 [ "$found" = "$LIBDIR/cmake/axle" ] || die "find_package(axle) found '$found', not $LIBDIR/cmake/axle"
@@ -62,8 +65,8 @@ env -u LD_LIBRARY_PATH "$W/cmake/axle-consumer" || die "the find_package(axle) b
 export PKG_CONFIG_LIBDIR="$LIBDIR/pkgconfig" PKG_CONFIG_PATH=
 pkg-config --exists axle || die "pkg-config does not find axle"
 mkdir -p "$W/pkgconfig"
-# shellcheck disable=SC2046  # the flags are meant to split
-"$CXX" -std=c++20 -O1 "$S/main.cpp" -o "$W/pkgconfig/axle-consumer" $(pkg-config --cflags --libs axle) \
+# shellcheck disable=SC2046,SC2086  # the flags are meant to split
+"$CXX" -std=c++20 -O1 $XFLAGS "$S/main.cpp" -o "$W/pkgconfig/axle-consumer" $(pkg-config --cflags --libs axle) \
   -Wl,-rpath,"$(pkg-config --variable=libdir axle)" || die "build with pkg-config (axle $(pkg-config --modversion axle))"
 uses_installed_lib "$W/pkgconfig/axle-consumer"
 env -u LD_LIBRARY_PATH "$W/pkgconfig/axle-consumer" || die "the pkg-config build did not run"
