@@ -323,6 +323,7 @@ TEST(PortLosses, OptionsAreCheckedAndShown) {
 
 // ---------------------------------------------------------------- AXLE_DEBUG explanations
 TEST(PortExplain, BatchSizeChangeNamesEveryChangedInput) {
+  lazy::clear_graph_cache();  // explanations come only from compiles: start cold
   manual_seed(0);
   data::DataLoader train_loader(toy_dataset(10), {.batch_size = 4});  // batches of 4, 4, 2
   auto model = std::make_shared<MyModel>()->to("xla");
@@ -352,6 +353,7 @@ TEST(PortExplain, BatchSizeChangeNamesEveryChangedInput) {
 }
 
 TEST(PortExplain, CompiledArgumentsAndParametersAreNamed) {
+  lazy::clear_graph_cache();  // explanations come only from compiles: start cold
   auto f = compile([](const Tensor& data, const Tensor& target) { return add(sum(data), sum(target)); },
                    {.name = "port_explain_args"});
   (void)f(ones({4, 3}).to("xla"), ones({4}).to("xla"));
@@ -384,6 +386,7 @@ TEST(PortExplain, CompiledArgumentsAndParametersAreNamed) {
 }
 
 TEST(PortExplain, LongListsAreCapped) {
+  lazy::clear_graph_cache();  // explanations come only from compiles: start cold
   auto f = compile(
       [](const std::vector<Tensor>& xs) {
         Tensor s = sum(xs[0]);
@@ -404,6 +407,7 @@ TEST(PortExplain, LongListsAreCapped) {
 }
 
 TEST(PortExplain, ScalarInputsAreNamed) {
+  lazy::clear_graph_cache();  // explanations come only from compiles: start cold
   // x * 3 takes the scalar in x's dtype: a graph input that changes with x's dtype.
   auto f = compile([](const Tensor& x) { return mul(x, 3.0); }, {.name = "port_explain_scalar"});
   (void)f(ones({2}, {.dtype = kInt64}).to("xla"));
