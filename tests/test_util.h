@@ -136,17 +136,18 @@ inline std::string current_test() {
   return std::string(info->test_suite_name()) + "." + info->name();
 }
 
+/// The number of launch() calls the running test has made (reset as each test starts,
+/// also when --gtest_repeat runs the same test twice in a row).
+inline int& launch_seq() {
+  static int seq = 0;
+  return seq;
+}
+
 /// Call before each launch() of a test: its children run only this test, and their n-th
 /// launch() is this test's n-th (launch_test_main hands both on).
 inline void prepare_launch() {
-  static std::string test;
-  static int seq = 0;
-  if (test != current_test()) {
-    test = current_test();
-    seq = 0;
-  }
-  ::setenv("AXLE_TEST_LAUNCH_FILTER", test.c_str(), 1);
-  ::setenv("AXLE_TEST_LAUNCH_SEQ", std::to_string(seq++).c_str(), 1);
+  ::setenv("AXLE_TEST_LAUNCH_FILTER", current_test().c_str(), 1);
+  ::setenv("AXLE_TEST_LAUNCH_SEQ", std::to_string(launch_seq()++).c_str(), 1);
 }
 
 /// main() of such a binary: a launched child runs only the test that launched it (set by
@@ -154,6 +155,10 @@ inline void prepare_launch() {
 inline int launch_test_main(int argc, char** argv) {
   if (in_launched_child()) GTEST_FLAG_SET(brief, true);
   testing::InitGoogleTest(&argc, argv);
+  struct ResetSeq : testing::EmptyTestEventListener {
+    void OnTestStart(const testing::TestInfo&) override { launch_seq() = 0; }
+  };
+  testing::UnitTest::GetInstance()->listeners().Append(new ResetSeq);
   if (in_launched_child()) {
     if (const char* f = std::getenv("AXLE_TEST_LAUNCH_FILTER")) GTEST_FLAG_SET(filter, f);
     if (const char* n = std::getenv("AXLE_TEST_LAUNCH_SEQ")) ::setenv("AXLE_LAUNCH_SEQ", n, 1);
