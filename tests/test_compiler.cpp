@@ -4,7 +4,9 @@
 
 #include "axle/axle.h"
 #include "axle/runtime.h"
-#include "compiler/executable.h"
+#include "backend/backend.h"
+#include "backend/cpu/backend.h"
+#include "backend/cpu/executable.h"
 #include "compiler/program.h"
 #include "lazy/graph.h"
 
@@ -18,6 +20,8 @@ Program trace(const std::vector<Tensor>& roots) {
   for (const Tensor& t : roots) vals.push_back(t.impl()->lazy->ir);
   return Program::from_graph(lazy::build_graph(vals));
 }
+// The pipeline the lazy device runs: the generic passes, then the cpu backend's fusions.
+PassPipeline cpu_pipeline() { return backend::backend_for(kCPU).pipeline(); }
 int count_op(const Program& p, ops::OpKind k) {
   int c = 0;
   for (const PNode& n : p.nodes) c += !n.dead && n.kind == lazy::NodeKind::Op && n.op == k;
@@ -54,7 +58,7 @@ TEST(Passes, AlgebraicSimplification) {
   EXPECT_EQ(count_op(p, ops::OpKind::Add), 0);
   EXPECT_EQ(count_op(p, ops::OpKind::Reshape), 1);
   // The simplified program computes the same values.
-  auto ex = lower(p);
+  auto ex = cpu::lower(p, kCPU);
   Tensor xin = x.cpu();
   auto out = ex->run({xin});
   EXPECT_EQ(out[0].to_vector<float>(), xin.reshape({24}).to_vector<float>());
@@ -89,10 +93,10 @@ TEST(Passes, ConstantFoldingAndDce) {
   p.nodes = {in, c1, c2, sum_c, unused, res};
   p.outputs = {{5, 0}};
   p.verify();
-  PassPipeline::standard().run(p);
+  cpu_pipeline().run(p);
   // Folding makes the constant 0, simplification removes x + 0, DCE drops exp and the constants.
   EXPECT_EQ(p.op_count(), 0) << p.text();
-  auto out = lower(p)->run({from_vector(std::vector<float>{1, 2, 3}, {3})});
+  auto out = cpu::lower(p, kCPU)->run({from_vector(std::vector<float>{1, 2, 3}, {3})});
   EXPECT_EQ(out[0].to_vector<float>(), (std::vector<float>{1, 2, 3}));
 }
 
@@ -127,7 +131,7 @@ TEST(Passes, ElementwiseFusionMakesOnePassAndKeepsValues) {
   Tensor np = sub(p, mul(nb, 0.01));
   Tensor masked = mul(np, gt(np, 0.0));
   Program prog = trace({nb, masked});
-  PassPipeline::standard().run(prog);
+  cpu_pipeline().run(prog);
   EXPECT_EQ(count_op(prog, ops::OpKind::FusedElementwise), 1) << prog.text();
   EXPECT_EQ(prog.op_count(), 1) << prog.text();
   // Same values as eager cpu.
@@ -153,7 +157,7 @@ TEST(Passes, SumFusesIntoTheChainThatFeedsIt) {
   Tensor loss = mean(mul(d, d));
   Tensor keep = mul(d, 2.0);
   Program prog = trace({loss, keep});
-  PassPipeline::standard().run(prog);
+  cpu_pipeline().run(prog);
   EXPECT_EQ(count_op(prog, ops::OpKind::FusedSum), 1) << prog.text();
   EXPECT_EQ(count_op(prog, ops::OpKind::Sum), 0) << prog.text();
   EXPECT_EQ(count_op(prog, ops::OpKind::FusedElementwise), 0) << prog.text();
@@ -172,7 +176,7 @@ TEST(Passes, FusedSumOverEveryDimSetMatchesEager) {
       Tensor x = x0.to(device()), y = y0.to(device());
       Tensor s = dims.empty() ? sum(mul(exp(x), y)) : sum(mul(exp(x), y), dims, keepdim);
       Program prog = trace({s});
-      PassPipeline::standard().run(prog);
+      cpu_pipeline().run(prog);
       EXPECT_EQ(count_op(prog, ops::OpKind::FusedSum), 1) << prog.text();
       Tensor want = dims.empty() ? sum(mul(exp(x0), y0)) : sum(mul(exp(x0), y0), dims, keepdim);
       SCOPED_TRACE(shape_str(dims) + (keepdim ? " keepdim" : ""));
@@ -197,7 +201,7 @@ TEST(Passes, FusedSumDoesNotDependOnTheThreadCount) {
     omp_set_num_threads(threads);
     Tensor s = sum(mul(x0.to(device()), y0.to(device())));
     Program prog = trace({s});
-    PassPipeline::standard().run(prog);
+    cpu_pipeline().run(prog);
     EXPECT_EQ(count_op(prog, ops::OpKind::FusedSum), 1) << prog.text();
     got.push_back(s.cpu().item<float>());
   }
@@ -215,7 +219,7 @@ TEST(Passes, FusedSumWalksChannelsLastActivations) {
   Tensor per_channel = sum(mul(act, act), {0, 2, 3});
   Tensor per_pixel = sum(mul(y, 3.0), {1}, true);
   Program prog = trace({per_channel, per_pixel, act});
-  PassPipeline::standard().run(prog);
+  cpu_pipeline().run(prog);
   EXPECT_EQ(count_op(prog, ops::OpKind::Sum), 0) << prog.text();
   Tensor ye = conv2d(x0, w0, {}, {.padding = {1, 1}});
   Tensor ae = relu(ye);
@@ -235,7 +239,7 @@ TEST(Passes, SumsThatSaveNoWriteAreNotFused) {
   Tensor bias_grad = sum(masked, {0});
   Tensor weight_grad = matmul(transpose(masked, 0, 1), x);
   Program prog = trace({n, bias_grad, weight_grad});
-  PassPipeline::standard().run(prog);
+  cpu_pipeline().run(prog);
   EXPECT_EQ(count_op(prog, ops::OpKind::FusedSum), 0) << prog.text();
   EXPECT_EQ(count_op(prog, ops::OpKind::Sum), 2) << prog.text();
   axle::sync();  // one graph for all three, as in a training step (a value read would run only its own)
@@ -252,7 +256,7 @@ TEST(Passes, FusionRespectsBroadcastAndOrder) {
   Tensor c = add(mul(a, 2.0), b);
   Tensor d = add(c, bias);
   Program prog = trace({d});
-  PassPipeline::standard().run(prog);
+  cpu_pipeline().run(prog);
   prog.verify();
   Tensor xe = x.cpu(), be = bias.cpu();
   Tensor ae = exp(xe);
@@ -266,7 +270,7 @@ TEST(Passes, ConvReluEpilogueIsFused) {
   Tensor x = randn({2, 3, 8, 8}).to(device()), w = randn({4, 3, 3, 3}).to(device()), b = randn({4}).to(device());
   Tensor y = relu(conv2d(x, w, b, {.padding = {1, 1}}));
   Program prog = trace({y});
-  PassPipeline::standard().run(prog);
+  cpu_pipeline().run(prog);
   EXPECT_EQ(count_op(prog, ops::OpKind::Relu), 0) << prog.text();
   EXPECT_EQ(count_op(prog, ops::OpKind::Conv2d), 1) << prog.text();
   Tensor want = relu(conv2d(x.cpu(), w.cpu(), b.cpu(), {.padding = {1, 1}}));
@@ -282,7 +286,7 @@ TEST(Passes, LinearReluEpilogueIsFused) {
   Program prog = trace({y, z});
   const int before = prog.op_count();
   PassPipeline pp;
-  pp.add(make_epilogue_fusion_pass());
+  pp.add(cpu::make_epilogue_fusion_pass());
   pp.run(prog);
   EXPECT_EQ(count_op(prog, ops::OpKind::Relu), 0) << prog.text();
   EXPECT_EQ(count_op(prog, ops::OpKind::Linear), 2) << prog.text();
@@ -300,7 +304,7 @@ TEST(Passes, LinearReluNotFusedWhenPreActivationIsUsed) {
   Tensor y = add(relu(h), h);  // h is needed as it is
   Program prog = trace({y});
   PassPipeline pp;
-  pp.add(make_epilogue_fusion_pass());
+  pp.add(cpu::make_epilogue_fusion_pass());
   pp.run(prog);
   EXPECT_EQ(count_op(prog, ops::OpKind::Relu), 1) << prog.text();
   Tensor he = linear(x.cpu(), w.cpu(), {});
@@ -331,7 +335,7 @@ void check_pool_relu_fusion(const PoolReluCase& c) {
   Tensor got = pool_relu_grad(x, w, g, c);
   Program prog = trace({got});
   EXPECT_EQ(count_op(prog, ops::OpKind::ReluBackward), 1) << prog.text();
-  PassPipeline::standard().run(prog);
+  cpu_pipeline().run(prog);
   prog.verify();
   EXPECT_EQ(count_op(prog, ops::OpKind::ReluBackward), 0) << prog.text();
   EXPECT_EQ(count_op(prog, ops::OpKind::MaxPool2dBackward), 1) << prog.text();
@@ -360,7 +364,7 @@ TEST(Passes, PoolReluBackwardNotFusedWhenGradientIsUsedElsewhere) {
   Tensor gr = ops::call1(ops::OpKind::ReluBackward, {gp, h});
   Program prog = trace({gp, gr});
   PassPipeline pp;
-  pp.add(make_epilogue_fusion_pass());
+  pp.add(cpu::make_epilogue_fusion_pass());
   pp.run(prog);
   EXPECT_EQ(count_op(prog, ops::OpKind::ReluBackward), 1) << prog.text();
   // Without the extra use it fuses, and keeps the node count down by one.
@@ -395,7 +399,7 @@ TEST(Passes, CnnStepFusesEveryPoolingReluBackward) {
   std::vector<Tensor> got = run(x, w1, w2, fc, fc2);
   Program prog = trace(got);
   EXPECT_EQ(count_op(prog, ops::OpKind::ReluBackward), 3) << prog.text();
-  PassPipeline::standard().run(prog);
+  cpu_pipeline().run(prog);
   prog.verify();
   EXPECT_EQ(count_op(prog, ops::OpKind::ReluBackward), 1) << prog.text();  // the linear's stays
   EXPECT_EQ(count_op(prog, ops::OpKind::Relu), 0) << prog.text();

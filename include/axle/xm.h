@@ -1,6 +1,7 @@
 // The older torch_xla API (xla_model), kept working for code that still uses it.
 // Each name says what replaces it.
 #pragma once
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,16 @@ std::vector<std::string> rendezvous(const std::string& tag, const std::string& p
 /// Old torch_xla.core.xla_model.mark_step(). Throws inside an axle::step() scope
 /// (mixing the two cuts steps twice): pick one.
 [[deprecated("use axle::sync() or an axle::step() scope")]] void mark_step();
+
+/// A device's memory, with torch_xla's xm.get_memory_info keys. A buffer counts once however
+/// many tensors view it, at its allocated size; the cpu allocator's idle cache is not counted.
+struct MemoryInfo {
+  int64_t bytes_used = 0;       ///< bytes held by the device's live buffers now
+  int64_t bytes_limit = 0;      ///< what the device can hold (cpu and xla: the machine's physical RAM)
+  int64_t peak_bytes_used = 0;  ///< the most bytes_used has been since the process started
+};
+/// Memory of `device` ("cpu", "xla:0", ...), from its backend's allocator.
+MemoryInfo get_memory_info(Device device);
 
 // xm::save (syncs, moves to cpu, writes from the master ordinal) is declared in axle/serialize.h.
 

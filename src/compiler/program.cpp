@@ -162,9 +162,7 @@ PassPipeline PassPipeline::standard() {
   pp.add(make_constant_folding_pass())
       .add(make_algebraic_simplification_pass())
       .add(make_cse_pass())
-      .add(make_dce_pass())
-      .add(make_epilogue_fusion_pass())
-      .add(make_fusion_pass());
+      .add(make_dce_pass());
   return pp;
 }
 

@@ -62,7 +62,8 @@ class PassPipeline {
  public:
   PassPipeline& add(std::unique_ptr<Pass> p);
   void run(Program& p) const;
-  /// The default pipeline: fold constants, simplify, CSE, DCE, epilogue and elementwise fusion.
+  /// The generic passes: fold constants, simplify, CSE, DCE. A backend appends its own
+  /// (backend::Backend::pipeline(): the cpu's epilogue and elementwise fusion).
   static PassPipeline standard();
 
  private:
@@ -73,7 +74,5 @@ std::unique_ptr<Pass> make_dce_pass();
 std::unique_ptr<Pass> make_cse_pass();
 std::unique_ptr<Pass> make_constant_folding_pass();
 std::unique_ptr<Pass> make_algebraic_simplification_pass();
-std::unique_ptr<Pass> make_epilogue_fusion_pass();
-std::unique_ptr<Pass> make_fusion_pass();
 
 }  // namespace axle::compiler

@@ -16,8 +16,8 @@ namespace lazy { struct LazyTensor; }
 /// so a training loop that allocates the same sizes every step reuses them.
 struct Storage {
   void* data = nullptr;
-  size_t nbytes = 0;
-  Device device;
+  size_t nbytes = 0;  ///< the allocated size (the request rounded up)
+  Device device;      ///< the device whose memory counters hold this block (core/memory.h)
   Storage(size_t nbytes, Device d);
   ~Storage();
   Storage(const Storage&) = delete;

@@ -15,9 +15,8 @@
 #include "axle/metrics.h"
 #include "axle/runtime.h"
 #include "axle/xm.h"
-#include "backend/cpu/loops.h"
+#include "backend/backend.h"
 #include "compiler/disk_cache.h"
-#include "compiler/executable.h"
 #include "dist/dist_internal.h"
 #include "lazy/graph.h"
 #include "lazy/ir.h"
@@ -38,7 +37,7 @@ Registry& registry() {
 // The in-memory compilation cache: least recently used graphs are evicted beyond
 // AXLE_CACHE_SIZE entries (default 1024).
 struct Cache {
-  using Entry = std::pair<uint64_t, std::shared_ptr<const compiler::Executable>>;
+  using Entry = std::pair<uint64_t, backend::ExecutablePtr>;
   std::mutex mu;
   std::list<Entry> lru;  ///< most recent first
   std::unordered_map<uint64_t, std::list<Entry>::iterator> map;
@@ -48,14 +47,14 @@ struct Cache {
     return n > 0 ? size_t(n) : size_t(1024);
   }();
 
-  std::shared_ptr<const compiler::Executable> get(uint64_t h) {
+  backend::ExecutablePtr get(uint64_t h) {
     std::lock_guard<std::mutex> lock(mu);
     auto it = map.find(h);
     if (it == map.end()) return nullptr;
     lru.splice(lru.begin(), lru, it->second);
     return it->second->second;
   }
-  void put(uint64_t h, std::shared_ptr<const compiler::Executable> ex) {
+  void put(uint64_t h, backend::ExecutablePtr ex) {
     std::lock_guard<std::mutex> lock(mu);
     if (auto it = map.find(h); it != map.end()) lru.erase(it->second);
     lru.emplace_front(h, std::move(ex));
@@ -276,7 +275,9 @@ void execute(const std::vector<std::shared_ptr<LazyTensor>>& targets, const char
       return it == last_summary().end() ? std::string("first graph") : explain_difference(it->second, summarize(g));
     });
   }
-  std::shared_ptr<const compiler::Executable> ex = cache().get(g.hash);
+  const Device dev{DeviceType::XLA, 0};  // the lazy device (one per process today)
+  backend::Backend& be = backend::backend_for(dev);
+  backend::ExecutablePtr ex = cache().get(g.hash);
   // A compile()d function's graphs are also counted under its name ("CachedCompile::train_step").
   const bool named = ctx != nullptr;
   if (ex) {
@@ -293,11 +294,11 @@ void execute(const std::vector<std::shared_ptr<LazyTensor>>& targets, const char
       metrics::counter_add(stored ? "PersistentCacheHit" : "PersistentCacheMiss");
     }
     if (stored) {
-      ex = compiler::lower(*stored);
+      ex = be.lower(*stored, dev);
     } else {
       compiler::Program p = compiler::Program::from_graph(g);
-      compiler::PassPipeline::standard().run(p);
-      ex = compiler::lower(p);
+      be.pipeline().run(p);
+      ex = be.lower(p, dev);
       if (!dir.empty()) compiler::disk_cache_store(dir, g.hash, p);
       stats().uncached.add();
       if (named) metrics::counter_add("UncachedCompile::" + name);
@@ -315,7 +316,7 @@ void execute(const std::vector<std::shared_ptr<LazyTensor>>& targets, const char
   std::vector<Tensor> results;
   {
     metrics::ScopedTimer t(eager ? stats().eager_execute : stats().execute);
-    results = ex->run(std::move(inputs));
+    results = be.run(*ex, std::move(inputs));
   }
   if (ops::checking_numerics()) [[unlikely]]
     for (size_t r = 0; r < roots.size(); ++r) {
@@ -358,9 +359,7 @@ ops::Tensors record(ops::OpKind k, const ops::Tensors& in, const ops::Attrs& a, 
 Tensor to_device(const Tensor& t, Device dev) {
   metrics::ScopedTimer timer(stats().to_device);
   auto lt = std::make_shared<LazyTensor>();
-  Tensor buf = make_tensor(t.shape(), t.dtype());
-  cpu::copy_into(buf, t);
-  lt->buffer = buf;
+  lt->buffer = backend::backend_for(dev).to_device(t, dev);
   lt->label = "copied from cpu with .to()";
   lt->label_rank = kLabelOrigin;
   stats().create.add();
@@ -398,9 +397,7 @@ Tensor to_cpu(const Tensor& t, const char* reason) {
     execute({lt}, "value read", ctx ? ctx->name : "step");
   }
   metrics::ScopedTimer timer(stats().from_device);
-  Tensor out = make_tensor(t.shape(), t.dtype());
-  cpu::copy_into(out, lt->buffer);
-  return out;
+  return backend::backend_for(t.device()).to_host(lt->buffer);
 }
 
 bool sync_all(const char* cause) {

@@ -1,22 +1,23 @@
-#include "compiler/executable.h"
+#include "backend/cpu/executable.h"
 
 #include <algorithm>
 #include <unordered_map>
 
 #include "axle/autograd.h"
 #include "axle/metrics.h"
+#include "backend/cpu/backend.h"
 #include "backend/cpu/loops.h"
+#include "core/memory.h"
 
-namespace axle::compiler {
+namespace axle::cpu {
 
-std::shared_ptr<const Executable> compile(const lazy::Graph& g) {
-  Program p = Program::from_graph(g);
-  PassPipeline::standard().run(p);
-  return lower(p);
-}
+using compiler::PNode;
+using compiler::Program;
+using compiler::Ref;
 
-std::shared_ptr<const Executable> lower(const Program& p) {
+std::shared_ptr<const Executable> lower(const Program& p, Device device) {
   auto ex = std::make_shared<Executable>();
+  ex->device_ = device;
   // One slot per (node, output).
   std::vector<std::vector<int>> slot(p.nodes.size());
   int next = 0;
@@ -29,6 +30,8 @@ std::shared_ptr<const Executable> lower(const Program& p) {
     if (n.kind == lazy::NodeKind::Data) ex->input_slots_[size_t(n.input)] = slot[i][0];
     if (n.kind == lazy::NodeKind::Constant) ex->constants_.push_back({slot[i][0], n.constant});
     if (n.kind != lazy::NodeKind::Op) continue;
+    AXLE_CHECK(supports_op(n.op), "[compile] op '", ops::op_name(n.op),
+               "' has no cpu kernel; the cpu backend cannot run this program");
     Executable::Step s{n.op, n.attrs, {}, slot[i], n.outs, {}};
     for (const Ref& r : n.operands) s.in.push_back(r.node >= 0 ? slot[size_t(r.node)][size_t(r.index)] : -1);
     ex->steps_.push_back(std::move(s));
@@ -63,6 +66,7 @@ std::shared_ptr<const Executable> lower(const Program& p) {
 
 std::vector<Tensor> Executable::run(std::vector<Tensor> inputs) const {
   NoGradGuard no_grad;
+  ChargeHostMemoryTo charge(device_);  // every buffer made here is the device's
   std::vector<Tensor> slots(static_cast<size_t>(num_slots_));
   for (size_t i = 0; i < input_slots_.size(); ++i)
     if (input_slots_[i] >= 0) slots[size_t(input_slots_[i])] = std::move(inputs[i]);
@@ -94,4 +98,4 @@ std::vector<Tensor> Executable::run(std::vector<Tensor> inputs) const {
   return result;
 }
 
-}  // namespace axle::compiler
+}  // namespace axle::cpu

@@ -5,21 +5,22 @@
 #include <memory>
 #include <vector>
 
+#include "backend/backend.h"
 #include "compiler/program.h"
-#include "lazy/graph.h"
 
-namespace axle::compiler {
+namespace axle::cpu {
 
-class Executable {
+class Executable final : public backend::Executable {
  public:
-  /// Runs on the graph's inputs (dense cpu buffers, in Graph::inputs order);
-  /// returns one dense buffer per graph output.
+  /// Runs on the program's inputs (dense cpu buffers, in Program input order);
+  /// returns one dense buffer per program output, charged to device().
   /// Inputs nobody else holds may be overwritten (donated).
   std::vector<Tensor> run(std::vector<Tensor> inputs) const;
   size_t num_steps() const { return steps_.size(); }
+  Device device() const override { return device_; }
 
  private:
-  friend std::shared_ptr<const Executable> lower(const Program& p);
+  friend std::shared_ptr<const Executable> lower(const compiler::Program& p, Device device);
   struct Step {
     ops::OpKind op;
     ops::Attrs attrs;
@@ -28,6 +29,7 @@ class Executable {
     std::vector<ops::Meta> metas;
     std::vector<int> release;  ///< slots whose last use is this step
   };
+  Device device_;
   int num_slots_ = 0;
   std::vector<int> input_slots_;
   std::vector<std::pair<int, Tensor>> constants_;
@@ -35,9 +37,8 @@ class Executable {
   std::vector<Step> steps_;
 };
 
-/// Runs the standard pass pipeline on a traced graph and lowers it.
-std::shared_ptr<const Executable> compile(const lazy::Graph& g);
-/// Lowers an (optimised) program to an Executable.
-std::shared_ptr<const Executable> lower(const Program& p);
+/// Lowers an (optimised) program to an Executable for `device` (cpu or xla: both run
+/// on the host). Throws axle::Error naming an op that has no cpu kernel.
+std::shared_ptr<const Executable> lower(const compiler::Program& p, Device device);
 
-}  // namespace axle::compiler
+}  // namespace axle::cpu

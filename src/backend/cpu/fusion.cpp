@@ -6,10 +6,16 @@
 #include <algorithm>
 #include <map>
 
+#include "backend/cpu/backend.h"
 #include "compiler/program.h"
 
-namespace axle::compiler {
+namespace axle::cpu {
 namespace {
+
+using compiler::Pass;
+using compiler::PNode;
+using compiler::Program;
+using compiler::Ref;
 
 using lazy::NodeKind;
 using ops::OpKind;
@@ -258,4 +264,4 @@ class EpilogueFusionPass final : public Pass {
 std::unique_ptr<Pass> make_epilogue_fusion_pass() { return std::make_unique<EpilogueFusionPass>(); }
 std::unique_ptr<Pass> make_fusion_pass() { return std::make_unique<FusionPass>(); }
 
-}  // namespace axle::compiler
+}  // namespace axle::cpu
