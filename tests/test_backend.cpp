@@ -128,7 +128,9 @@ TEST(Backend, LazyDeviceReachesTheHardwareOnlyThroughTheInterface) {
       EXPECT_EQ(y.cpu().to_vector<float>(), relu(mul(x0, 3.0)).to_vector<float>());
       EXPECT_EQ(counting->to_hosts.load(), step + 1);
     }
-    if (std::getenv("AXLE_CACHE_DIR") == nullptr) EXPECT_EQ(counting->pipelines.load(), 1);
+    if (std::getenv("AXLE_CACHE_DIR") == nullptr) {  // a disk-cache hit skips the passes
+      EXPECT_EQ(counting->pipelines.load(), 1);
+    }
   }
   // Restored: the cpu backend serves xla again.
   EXPECT_STREQ(backend::backend_for(device()).name(), "cpu");
