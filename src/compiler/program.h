@@ -75,6 +75,8 @@ bool verifying();
 class Pass {
  public:
   virtual ~Pass() = default;
+  /// Names the pass in verifier errors, in AXLE_SAVE_GRAPHS file names and in its
+  /// PassTime::<name> timer.
   virtual const char* name() const = 0;
   /// Returns true if it changed the program.
   virtual bool run(Program& p) = 0;
