@@ -2,13 +2,21 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <cstdlib>
+#include <filesystem>
+#include <optional>
+#include <set>
+
 #include "axle/axle.h"
+#include "axle/metrics.h"
 #include "axle/runtime.h"
 #include "backend/backend.h"
 #include "backend/cpu/backend.h"
 #include "backend/cpu/executable.h"
 #include "compiler/program.h"
 #include "lazy/graph.h"
+#include "lazy/ir.h"
+#include "test_util.h"
 
 using namespace axle;
 using namespace axle::compiler;
@@ -111,6 +119,205 @@ TEST(Passes, VerifierRejectsMalformed) {
   p.nodes = {a, b};
   p.outputs = {{0, 0}};
   EXPECT_THROW(p.verify(), Error);
+}
+
+namespace {
+// Sets an environment variable for a scope, restoring what was there.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    if (value) ::setenv(name, value, 1);
+    else ::unsetenv(name);
+  }
+  ~ScopedEnv() {
+    if (old_) ::setenv(name_, old_->c_str(), 1);
+    else ::unsetenv(name_);
+  }
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+// A pass with a bug on purpose: it damages the first mul it finds, as a broken rewrite would.
+class BreakingPass final : public Pass {
+ public:
+  enum How { kShape, kDtype, kDropOperand, kForwardRef };
+  explicit BreakingPass(How how) : how_(how) {}
+  const char* name() const override { return "breaking-pass"; }
+  bool run(Program& p) override {
+    for (size_t i = 0; i < p.nodes.size(); ++i) {
+      PNode& n = p.nodes[i];
+      if (n.dead || n.kind != lazy::NodeKind::Op || n.op != ops::OpKind::Mul) continue;
+      if (how_ == kShape) n.outs[0].shape.back() += 1;
+      if (how_ == kDtype) n.outs[0].dtype = kInt64;
+      if (how_ == kDropOperand) n.operands.pop_back();
+      if (how_ == kForwardRef) n.operands[0] = {int(i) + 1, 0};
+      return false;  // "unchanged": the pipeline does not compact, the verifier still looks
+    }
+    return false;
+  }
+
+ private:
+  How how_;
+};
+
+// The error PassPipeline{cse, broken pass} raises on exp(a * 2) with a = float32[4].
+std::string broken_pipeline_error(BreakingPass::How how) {
+  ScopedEnv on("AXLE_VERIFY", "1");
+  Tensor a = ones({4}).to(device());
+  Program p = trace({exp(a * 2.0)});
+  PassPipeline pp;
+  pp.add(make_cse_pass()).add(std::make_unique<BreakingPass>(how));
+  try {
+    pp.run(p);
+  } catch (const Error& e) {
+    axle::sync();
+    return e.what();
+  }
+  axle::sync();
+  return "(no error)";
+}
+}  // namespace
+
+TEST(Verifier, NamesThePassTheNodeAndExpectedVsFound) {
+  // A pass that records a wrong output shape: shape inference, re-run on every node, catches it.
+  std::string e = broken_pipeline_error(BreakingPass::kShape);
+  EXPECT_NE(e.find("after pass 'breaking-pass'"), std::string::npos) << e;
+  EXPECT_NE(e.find("node `%2 = mul(%0, %1) : float32[5]`"), std::string::npos) << e;
+  EXPECT_NE(e.find("expected outputs float32[4] (shape inference), found float32[5]"), std::string::npos) << e;
+  // A wrong recorded dtype.
+  e = broken_pipeline_error(BreakingPass::kDtype);
+  EXPECT_NE(e.find("after pass 'breaking-pass'"), std::string::npos) << e;
+  EXPECT_NE(e.find("expected outputs float32[4] (shape inference), found int64[4]"), std::string::npos) << e;
+  // A dropped operand: arity.
+  e = broken_pipeline_error(BreakingPass::kDropOperand);
+  EXPECT_NE(e.find("after pass 'breaking-pass'"), std::string::npos) << e;
+  EXPECT_NE(e.find("node `%2 = mul(%0) : float32[4]`: expected 2 operands, found 1"), std::string::npos) << e;
+  // An operand that refers to a later node.
+  e = broken_pipeline_error(BreakingPass::kForwardRef);
+  EXPECT_NE(e.find("after pass 'breaking-pass'"), std::string::npos) << e;
+  EXPECT_NE(e.find("operand 0 refers to %3, which does not come before it"), std::string::npos) << e;
+}
+
+TEST(Verifier, OnInTestsAndSwitchedByAxleVerify) {
+  // tests/verify_on.cpp turns it on in every test program, whatever the build type.
+  EXPECT_TRUE(verifying());
+  ScopedEnv off("AXLE_VERIFY", "0");
+  EXPECT_FALSE(verifying());
+  Tensor a = ones({4}).to(device());
+  Program p = trace({exp(a * 2.0)});
+  PassPipeline pp;
+  pp.add(std::make_unique<BreakingPass>(BreakingPass::kShape));
+  EXPECT_NO_THROW(pp.run(p));  // off: nothing looks
+  EXPECT_THROW(p.verify(), Error);
+  axle::sync();
+}
+
+TEST(Verifier, ChecksLeavesAndOptionalOperands) {
+  // Two nodes claiming input 0; a constant whose value does not match its recorded meta;
+  // an absent operand where one is required; an absent optional one (linear's bias) is fine.
+  auto input = [](int k, Shape s) {
+    PNode n;
+    n.kind = lazy::NodeKind::Data;
+    n.input = k;
+    n.outs = {{std::move(s), kFloat32}};
+    return n;
+  };
+  Program p;
+  p.num_inputs = 2;
+  PNode lin;
+  lin.op = ops::OpKind::Linear;
+  lin.operands = {{0, 0}, {1, 0}, {}};
+  lin.outs = {{{2, 3}, kFloat32}};
+  p.nodes = {input(0, {2, 4}), input(1, {3, 4}), lin};
+  p.outputs = {{2, 0}};
+  EXPECT_NO_THROW(p.verify());
+  auto error_of = [](const Program& q) {
+    try {
+      q.verify("in the test");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  Program twice = p;
+  twice.nodes[1].input = 0;
+  EXPECT_NE(error_of(twice).find("node `%1 = input 0 : float32[3, 4]`: input position 0 is taken twice"),
+            std::string::npos)
+      << error_of(twice);
+  Program absent = p;
+  absent.nodes[2].operands[1] = {};
+  EXPECT_NE(error_of(absent).find("operand 1 is absent, but only operands after the first 2 are optional"),
+            std::string::npos)
+      << error_of(absent);
+  Program bad_const = p;
+  bad_const.nodes[1].kind = lazy::NodeKind::Constant;
+  bad_const.nodes[1].constant = zeros({4, 3});  // recorded: float32[3, 4]
+  bad_const.num_inputs = 1;
+  EXPECT_NE(error_of(bad_const).find("in the test: node `%1 = constant 0 : float32[3, 4]`: expected its value's "
+                                     "float32[4, 3], found float32[3, 4]"),
+            std::string::npos)
+      << error_of(bad_const);
+}
+
+TEST(Passes, SaveGraphsWritesEachPassAndTheFinalProgram) {
+  test::TempDir dir;
+  ScopedEnv save("AXLE_SAVE_GRAPHS", dir.path.c_str());
+  Tensor a = ones({4}).to(device()), b = ones({4}).to(device());
+  Tensor y = exp(add(mul(a, b), mul(a, b)));
+  Program p = trace({y});
+  ASSERT_EQ(p.name.rfind("graph-", 0), 0u) << p.name;
+  PassPipeline pp;
+  pp.add(make_cse_pass()).add(make_dce_pass());
+  pp.run(p);
+  std::set<std::string> files;
+  for (const auto& f : std::filesystem::directory_iterator(dir.path)) files.insert(f.path().filename().string());
+  EXPECT_EQ(files, (std::set<std::string>{p.name + ".00.input.txt", p.name + ".01.cse.txt", p.name + ".02.dce.txt",
+                                          p.name + ".final.txt"}));
+  EXPECT_EQ(test::slurp(dir / (p.name + ".final.txt")), p.text());
+  // The two muls before cse, one after it (cse changed the program, so it was compacted).
+  auto count = [](const std::string& text, const std::string& what) {
+    size_t c = 0;
+    for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++c;
+    return c;
+  };
+  EXPECT_EQ(count(test::slurp(dir / (p.name + ".00.input.txt")), "= mul("), 2u);
+  EXPECT_EQ(count(test::slurp(dir / (p.name + ".01.cse.txt")), "= mul("), 1u);
+  axle::sync();
+
+  // Through the lazy device: the graph's name and hash name its files, with the traced graph's dot.
+  lazy::clear_graph_cache();
+  std::filesystem::remove_all(dir.path);
+  Tensor z = exp(ones({3}).to(device()) * 3.0);
+  EXPECT_EQ(z.cpu().to_vector<float>(), exp(ones({3}) * 3.0).to_vector<float>());
+  std::string stem;
+  for (const auto& f : std::filesystem::directory_iterator(dir.path)) {
+    const std::string n = f.path().filename().string();
+    if (n.ends_with(".final.txt")) stem = n.substr(0, n.size() - std::string(".final.txt").size());
+  }
+  ASSERT_EQ(stem.rfind("step-", 0), 0u) << "no <graph>.final.txt for graph 'step'";
+  EXPECT_TRUE(std::filesystem::exists(dir / (stem + ".00.input.txt")));
+  EXPECT_TRUE(std::filesystem::exists(dir / (stem + ".01.constant-folding.txt")));
+  EXPECT_TRUE(std::filesystem::exists(dir / (stem + ".dot")));
+}
+
+TEST(Passes, PassTimesGoToMetrics) {
+  metrics::reset();
+  Tensor a = ones({4}).to(device());
+  Tensor y = exp(a * 2.0);
+  Program p = trace({y});
+  PassPipeline pp;
+  pp.add(make_cse_pass()).add(make_dce_pass()).add(make_cse_pass());
+  pp.run(p);
+  EXPECT_EQ(metrics::timer_count("PassTime::cse"), 2);
+  EXPECT_EQ(metrics::timer_count("PassTime::dce"), 1);
+  EXPECT_EQ(metrics::timer_count("PassTime::elementwise-fusion"), 0);
+  lazy::clear_graph_cache();
+  axle::sync();  // a compile through the lazy device runs the standard pipeline
+  EXPECT_GE(metrics::timer_count("PassTime::elementwise-fusion"), 1);
+  EXPECT_NE(metrics::report().find("PassTime::cse"), std::string::npos) << metrics::report();
 }
 
 TEST(Passes, TextFormIsStable) {

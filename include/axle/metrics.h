@@ -1,7 +1,8 @@
 // Counters and timers, with torch_xla's names: counters MarkStep, CachedCompile,
 // UncachedCompile, CreateXlaTensor, DestroyXlaTensor, PersistentCacheHit/Miss;
 // timers CompileTime, ExecuteTime, TransferToDeviceTime, TransferFromDeviceTime,
-// EagerOpCompileTime, EagerOpExecuteTime (and op::<name> with AXLE_PROFILE=1).
+// EagerOpCompileTime, EagerOpExecuteTime (and op::<name> with AXLE_PROFILE=1);
+// PassTime::<pass> for each compiler pass.
 //
 //   std::cout << axle::metrics::report();
 //   static auto& steps = axle::metrics::counter("MyCounter");  // hot paths keep a handle

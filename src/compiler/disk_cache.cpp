@@ -179,7 +179,7 @@ Program deserialize(const std::string& bytes, uint64_t expect_hash) {
     p.outputs.push_back(ref);
   }
   AXLE_CHECK(r.pos == body.size(), "[cache] trailing bytes in cache file");
-  p.verify();
+  p.verify("read from the disk cache");
   return p;
 }
 

@@ -1,14 +1,24 @@
 #include "compiler/program.h"
 
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <sstream>
 #include <unordered_map>
 
+#include "axle/metrics.h"
 #include "axle/tensor.h"
+#include "core/tensor_impl.h"
 
 namespace axle::compiler {
 
-Program Program::from_graph(const lazy::Graph& g) {
+Program Program::from_graph(const lazy::Graph& g, const std::string& graph) {
   Program p;
+  char hash[17];
+  std::snprintf(hash, sizeof hash, "%016llx", static_cast<unsigned long long>(g.hash));
+  p.name = graph + "-" + hash;
   std::unordered_map<const lazy::Node*, int> index;
   p.nodes.reserve(g.nodes.size());
   for (size_t i = 0; i < g.nodes.size(); ++i) {
@@ -82,62 +92,196 @@ int Program::op_count() const {
   return c;
 }
 
-std::string Program::text() const {
+namespace {
+std::string meta_str(const ops::Meta& m) { return std::string(dtype_name(m.dtype)) + shape_str(m.shape); }
+// `%3`, `%3.1` for output 1 of a node with several, `_` for an absent operand. A reference
+// past the end (which the verifier rejects) prints with its index.
+std::string ref_str(const Program& p, const Ref& r) {
+  if (r.node < 0) return "_";
+  std::string s = "%" + std::to_string(r.node);
+  if (size_t(r.node) >= p.nodes.size() || p.nodes[size_t(r.node)].outs.size() > 1) s += "." + std::to_string(r.index);
+  return s;
+}
+}  // namespace
+
+std::string Program::node_text(size_t i) const {
   std::ostringstream os;
-  auto meta_str = [](const ops::Meta& m) { return std::string(dtype_name(m.dtype)) + shape_str(m.shape); };
-  auto ref_str = [&](const Ref& r) {
-    if (r.node < 0) return std::string("_");
-    std::string s = "%" + std::to_string(r.node);
-    if (nodes[size_t(r.node)].outs.size() > 1) s += "." + std::to_string(r.index);
-    return s;
-  };
-  for (size_t i = 0; i < nodes.size(); ++i) {
-    const PNode& n = nodes[i];
-    if (n.dead) continue;
-    os << "%" << i << " = ";
-    if (n.kind == lazy::NodeKind::Data) os << "input " << n.input;
-    else if (n.kind == lazy::NodeKind::Constant) os << "constant " << (n.constant.numel() == 1 ? n.constant.item() : 0.0);
-    else {
-      os << ops::op_name(n.op) << "(";
-      for (size_t j = 0; j < n.operands.size(); ++j) os << (j ? ", " : "") << ref_str(n.operands[j]);
-      os << ")";
-      if (!n.attrs.ints.empty() || !n.attrs.floats.empty()) {
-        os << " {";
-        for (size_t j = 0; j < n.attrs.ints.size(); ++j) os << (j ? "," : "") << n.attrs.ints[j];
-        if (!n.attrs.floats.empty()) os << ";";
-        for (size_t j = 0; j < n.attrs.floats.size(); ++j) os << (j ? "," : "") << n.attrs.floats[j];
-        os << "}";
-      }
+  const PNode& n = nodes[i];
+  os << "%" << i << " = ";
+  if (n.kind == lazy::NodeKind::Data) os << "input " << n.input;
+  else if (n.kind == lazy::NodeKind::Constant)
+    os << "constant " << (n.constant.defined() && n.constant.numel() == 1 ? n.constant.item() : 0.0);
+  else {
+    os << ops::op_name(n.op) << "(";
+    for (size_t j = 0; j < n.operands.size(); ++j) os << (j ? ", " : "") << ref_str(*this, n.operands[j]);
+    os << ")";
+    if (!n.attrs.ints.empty() || !n.attrs.floats.empty()) {
+      os << " {";
+      for (size_t j = 0; j < n.attrs.ints.size(); ++j) os << (j ? "," : "") << n.attrs.ints[j];
+      if (!n.attrs.floats.empty()) os << ";";
+      for (size_t j = 0; j < n.attrs.floats.size(); ++j) os << (j ? "," : "") << n.attrs.floats[j];
+      os << "}";
     }
-    os << " : ";
-    for (size_t j = 0; j < n.outs.size(); ++j) os << (j ? ", " : "") << meta_str(n.outs[j]);
-    os << "\n";
   }
-  os << "return ";
-  for (size_t j = 0; j < outputs.size(); ++j) os << (j ? ", " : "") << ref_str(outputs[j]);
-  os << "\n";
+  os << " : ";
+  for (size_t j = 0; j < n.outs.size(); ++j) os << (j ? ", " : "") << meta_str(n.outs[j]);
   return os.str();
 }
 
-void Program::verify() const {
-  auto check_ref = [&](const Ref& r, size_t user, const char* what) {
-    if (r.node < 0) return;
-    AXLE_CHECK(size_t(r.node) < user, "[verify] ", what, " of %", user, " refers to %", r.node,
-               " which does not come before it");
+std::string Program::text() const {
+  std::string s;
+  for (size_t i = 0; i < nodes.size(); ++i)
+    if (!nodes[i].dead) s += node_text(i) + "\n";
+  s += "return ";
+  for (size_t j = 0; j < outputs.size(); ++j) s += (j ? ", " : "") + ref_str(*this, outputs[j]);
+  return s + "\n";
+}
+
+Arity op_arity(ops::OpKind k) {
+  using K = ops::OpKind;
+  constexpr int kAny = -1;
+  // No default: a new op kind fails to compile (-Wswitch) until its operand count is here.
+  switch (k) {
+    case K::Neg: case K::Exp: case K::Log: case K::Sqrt: case K::Rsqrt: case K::Abs: case K::Relu:
+    case K::Gelu: case K::Sigmoid: case K::Tanh: case K::Cast: case K::Copy:
+      return {1, 1};
+    case K::ReluBackward: case K::GeluBackward:  // (grad, y or x)
+      return {2, 2};
+    case K::Add: case K::Sub: case K::Mul: case K::Div: case K::Pow: case K::Maximum: case K::Minimum:
+    case K::Eq: case K::Ne: case K::Lt: case K::Le: case K::Gt: case K::Ge:
+      return {2, 2};
+    case K::Where: return {3, 3};
+    case K::Reshape: case K::Permute: case K::Expand: case K::Slice: case K::SliceBackward:
+      return {1, 1};
+    case K::Cat: return {1, kAny};
+    case K::IndexSelect: case K::IndexAdd: case K::Gather: case K::ScatterAdd:  // (x or grad, index)
+      return {2, 2};
+    case K::Sum: case K::Amax: case K::Amin: case K::Argmax: case K::Argmin: case K::Softmax: case K::LogSoftmax:
+      return {1, 1};
+    case K::SoftmaxBackward: case K::LogSoftmaxBackward: return {2, 2};  // (grad, y)
+    case K::NllLoss: return {2, 2};                                          // (logp, target)
+    case K::NllLossBackward: return {3, 3};                                  // (grad, target, logp)
+    case K::Matmul: return {2, 2};
+    case K::Linear: case K::Conv2d: return {2, 3};  // (x, w, bias?)
+    case K::Conv2dBackwardInput: case K::Conv2dBackwardWeight: return {2, 2};
+    case K::MaxPool2d: return {1, 1};
+    case K::MaxPool2dBackward: return {3, 4};  // (grad, x, workspace, y when a relu backward is fused)
+    case K::AvgPool2d: case K::AvgPool2dBackward: case K::AdaptiveAvgPool2d: case K::AdaptiveAvgPool2dBackward:
+      return {1, 1};
+    case K::FusedElementwise: case K::FusedSum: return {1, kAny};
+    case K::AllReduce: return {1, kAny};
+    case K::AllGather: case K::ReduceScatter: case K::Broadcast: return {1, 1};
+    case K::kNumOps: break;
+  }
+  AXLE_FAIL("[verify] op kind ", int(k), " is not in the op table");
+}
+
+namespace {
+// A tensor with an operand's recorded dtype and shape and no data, as the tracer hands
+// shape rules lazy tensors whose values do not exist yet: infer reads only metadata.
+Tensor meta_tensor(const ops::Meta& m) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->dtype = m.dtype;
+  impl->device = Device(DeviceType::XLA, 0);
+  impl->shape = m.shape;
+  impl->strides = contiguous_strides(m.shape);
+  impl->refresh();
+  return Tensor(std::move(impl));
+}
+std::string metas_str(const std::vector<ops::Meta>& ms) {
+  std::string s;
+  for (size_t j = 0; j < ms.size(); ++j) s += (j ? ", " : "") + meta_str(ms[j]);
+  return ms.empty() ? "no outputs" : s;
+}
+}  // namespace
+
+void Program::verify(const std::string& stage) const {
+  const std::string where = "[verify] program" + (name.empty() ? "" : " '" + name + "'") +
+                            (stage.empty() ? "" : " " + stage) + ": ";
+  // `what()` names the reference in an error (made only then).
+  auto check_ref = [&](const Ref& r, size_t user, const auto& what) {
+    AXLE_CHECK(size_t(r.node) < nodes.size() && size_t(r.node) < user, where, what(), " refers to %", r.node,
+               ", which does not come before it");
     const PNode& d = nodes[size_t(r.node)];
-    AXLE_CHECK(!d.dead, "[verify] ", what, " of %", user, " refers to dead node %", r.node);
-    AXLE_CHECK(r.index >= 0 && size_t(r.index) < d.outs.size(), "[verify] ", what, " of %", user,
-               " uses output ", r.index, " of %", r.node, " which has ", d.outs.size());
+    AXLE_CHECK(!d.dead, where, what(), " refers to dead node %", r.node);
+    AXLE_CHECK(r.index >= 0 && size_t(r.index) < d.outs.size(), where, what(), " uses output ", r.index, " of %",
+               r.node, ", which has ", d.outs.size());
   };
+  std::vector<bool> input_seen(size_t(std::max(num_inputs, 0)), false);
+  // Operand tensors for the shape rules, made once per (node, output).
+  std::vector<std::vector<Tensor>> metas(nodes.size());
   for (size_t i = 0; i < nodes.size(); ++i) {
     const PNode& n = nodes[i];
     if (n.dead) continue;
-    AXLE_CHECK(!n.outs.empty(), "[verify] %", i, " has no outputs");
-    if (n.kind == lazy::NodeKind::Data) AXLE_CHECK(n.input >= 0 && n.input < num_inputs, "[verify] bad input index");
-    if (n.kind == lazy::NodeKind::Constant) AXLE_CHECK(n.constant.defined(), "[verify] constant %", i, " has no value");
-    for (const Ref& r : n.operands) check_ref(r, i, "an operand");
+    AXLE_CHECK(n.kind != lazy::NodeKind::Op || size_t(n.op) < size_t(ops::OpKind::kNumOps), where, "node %", i,
+               " has op kind ", int(n.op), ", which is not in the op table");
+    auto line = [&] { return "node `" + node_text(i) + "`"; };  // made only for an error
+    AXLE_CHECK(!n.outs.empty(), where, line(), " has no outputs");
+    if (n.kind == lazy::NodeKind::Data) {
+      AXLE_CHECK(n.input >= 0 && n.input < num_inputs, where, line(), ": expected an input position in 0..",
+                 num_inputs - 1, ", found ", n.input);
+      AXLE_CHECK(!input_seen[size_t(n.input)], where, line(), ": input position ", n.input, " is taken twice");
+      input_seen[size_t(n.input)] = true;
+    }
+    if (n.kind == lazy::NodeKind::Constant) {
+      AXLE_CHECK(n.constant.defined(), where, line(), " has no value");
+      const ops::Meta have{n.constant.shape(), n.constant.dtype()};
+      AXLE_CHECK(n.outs.size() == 1 && n.outs[0].shape == have.shape && n.outs[0].dtype == have.dtype, where, line(),
+                 ": expected its value's ", meta_str(have), ", found ", metas_str(n.outs));
+    }
+    if (n.kind != lazy::NodeKind::Op) {
+      AXLE_CHECK(n.operands.empty() && n.outs.size() == 1, where, line(), ": expected no operands and one output");
+    } else {
+      const Arity ar = op_arity(n.op);
+      const int count = int(n.operands.size());
+      AXLE_CHECK(count >= ar.min && (ar.max < 0 || count <= ar.max), where, line(), ": expected ", ar.min,
+                 ar.max < 0 ? " or more" : ar.max == ar.min ? "" : " to " + std::to_string(ar.max), " operands, found ",
+                 count);
+      ops::Tensors in;
+      in.reserve(n.operands.size());
+      for (size_t j = 0; j < n.operands.size(); ++j) {
+        const Ref& r = n.operands[j];
+        auto what = [&] { return line() + " operand " + std::to_string(j); };
+        if (r.node < 0) {
+          AXLE_CHECK(int(j) >= ar.min, where, what(), " is absent, but only operands after the first ", ar.min,
+                     " are optional");
+          in.emplace_back();
+          continue;
+        }
+        check_ref(r, i, what);
+        in.push_back(metas[size_t(r.node)][size_t(r.index)]);
+      }
+      // The shape rule must accept the operands and give exactly the recorded outputs.
+      std::vector<ops::Meta> want;
+      try {
+        want = ops::op_def(n.op).infer(in, n.attrs);
+      } catch (const Error& e) {
+        AXLE_FAIL(where, line(), ": the shape rule rejects its operands: ", e.what());
+      }
+      bool same = want.size() == n.outs.size();
+      for (size_t j = 0; same && j < want.size(); ++j)
+        same = want[j].shape == n.outs[j].shape && want[j].dtype == n.outs[j].dtype;
+      AXLE_CHECK(same, where, line(), ": expected outputs ", metas_str(want), " (shape inference), found ",
+                 metas_str(n.outs));
+    }
+    for (const ops::Meta& m : n.outs) metas[i].push_back(meta_tensor(m));
   }
-  for (const Ref& r : outputs) check_ref(r, nodes.size(), "an output");
+  for (size_t k = 0; k < input_seen.size(); ++k)
+    AXLE_CHECK(input_seen[k], where, "no node is input ", k, " of ", num_inputs);
+  for (size_t j = 0; j < outputs.size(); ++j) {
+    AXLE_CHECK(outputs[j].node >= 0, where, "output ", j, " is absent");
+    check_ref(outputs[j], nodes.size(), [&] { return "output " + std::to_string(j); });
+  }
+}
+
+bool verifying() {
+  const char* v = std::getenv("AXLE_VERIFY");
+  if (v && *v) return std::string(v) != "0";
+#ifdef NDEBUG
+  return false;
+#else
+  return true;
+#endif
 }
 
 PassPipeline& PassPipeline::add(std::unique_ptr<Pass> p) {
@@ -146,15 +290,25 @@ PassPipeline& PassPipeline::add(std::unique_ptr<Pass> p) {
 }
 
 void PassPipeline::run(Program& p) const {
-#ifndef NDEBUG
-  p.verify();
-#endif
-  for (const auto& pass : passes_) {
-    if (pass->run(p)) p.compact();
-#ifndef NDEBUG
-    p.verify();
-#endif
+  const bool check = verifying();
+  const char* dir = std::getenv("AXLE_SAVE_GRAPHS");
+  const std::string base = dir && *dir ? std::string(dir) + "/" + (p.name.empty() ? "graph" : p.name) : "";
+  if (!base.empty()) std::filesystem::create_directories(dir);
+  auto save = [&](const std::string& suffix) {
+    if (!base.empty()) std::ofstream(base + "." + suffix + ".txt") << p.text();
+  };
+  save("00.input");
+  if (check) p.verify("before the first pass");
+  for (size_t k = 0; k < passes_.size(); ++k) {
+    const Pass& pass = *passes_[k];
+    {
+      metrics::ScopedTimer t(metrics::timer(std::string("PassTime::") + pass.name()));
+      if (passes_[k]->run(p)) p.compact();
+    }
+    save((k + 1 < 10 ? "0" : "") + std::to_string(k + 1) + "." + pass.name());
+    if (check) p.verify(std::string("after pass '") + pass.name() + "'");
   }
+  save("final");
 }
 
 PassPipeline PassPipeline::standard() {

@@ -27,13 +27,13 @@ struct PNode {
 };
 
 struct Program {
-  std::string name;
+  std::string name;  ///< names the program in errors and saved files: "<graph>-<hash>"
   std::vector<PNode> nodes;
   int num_inputs = 0;
   std::vector<Ref> outputs;
 
-  /// Copies a traced graph.
-  static Program from_graph(const lazy::Graph& g);
+  /// Copies a traced graph; `graph` names it (with its hash appended) in errors and saved files.
+  static Program from_graph(const lazy::Graph& g, const std::string& graph = "graph");
   /// Replaces every use of `from` with `to` (outputs included).
   void replace_uses(Ref from, Ref to);
   /// Drops dead nodes and renumbers references.
@@ -45,14 +45,38 @@ struct Program {
   int op_count() const;
   /// Text form, one node per line: `%2 = mul(%0, %1) : float32[4]`.
   std::string text() const;
-  /// Throws axle::Error if the program is malformed (operand order, arity, output refs).
-  void verify() const;
+  /// Node i's line of text() (without the newline).
+  std::string node_text(size_t i) const;
+  /// Throws axle::Error if the program is malformed, naming `stage` (what made it, e.g.
+  /// "after pass 'cse'"), the node's text line and what was expected. Checks: operands refer
+  /// to earlier live nodes and existing outputs; each op has as many operands as op_arity
+  /// allows, required ones present; inputs are numbered 0..num_inputs-1 once each; a
+  /// constant's value matches its recorded dtype and shape; and it re-runs each op's shape
+  /// rule (ops::op_def(op).infer) on data-less tensors of its operands' recorded shapes
+  /// and dtypes, which must accept them and give exactly the node's recorded outputs.
+  void verify(const std::string& stage = "") const;
 };
 
-/// A rewrite of a Program. Passes run in order; the verifier runs between them in debug builds.
+/// The number of operands an op takes: min..max (max -1: any number); operands past `min`
+/// are optional (absent: Ref::node == -1). The ONE place operand counts are written down
+/// until the op table carries each op's schema (issue 12, part 3 moves it there).
+struct Arity {
+  int min = 0, max = 0;
+};
+Arity op_arity(ops::OpKind k);
+
+/// Whether PassPipeline::run verifies the program before the first pass and after each one.
+/// AXLE_VERIFY=1 turns it on, AXLE_VERIFY=0 off; unset: on in builds without NDEBUG, off in
+/// release builds. Every test program sets AXLE_VERIFY=1 (tests/verify_on.cpp), so tests and
+/// CI always verify. Read at each call.
+bool verifying();
+
+/// A rewrite of a Program. Passes run in order (PassPipeline::run).
 class Pass {
  public:
   virtual ~Pass() = default;
+  /// Names the pass in verifier errors, in AXLE_SAVE_GRAPHS file names and in its
+  /// PassTime::<name> timer.
   virtual const char* name() const = 0;
   /// Returns true if it changed the program.
   virtual bool run(Program& p) = 0;
@@ -61,6 +85,12 @@ class Pass {
 class PassPipeline {
  public:
   PassPipeline& add(std::unique_ptr<Pass> p);
+  /// Runs the passes in order. Each pass's time (compaction included) goes to the timer
+  /// `PassTime::<name>`. When verifying(), the program is verified before the first pass
+  /// and after each one (an error names the pass). With AXLE_SAVE_GRAPHS=DIR the program's
+  /// text is written before the passes (DIR/<p.name>.00.input.txt), after each pass
+  /// (DIR/<p.name>.<nn>.<pass name>.txt, nn = 01, 02, ...) and at the end, as it will be
+  /// lowered and run (DIR/<p.name>.final.txt); each file is written before it is verified.
   void run(Program& p) const;
   /// The generic passes: fold constants, simplify, CSE, DCE. A backend appends its own
   /// (backend::Backend::pipeline(): the cpu's epilogue and elementwise fusion).

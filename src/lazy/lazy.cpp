@@ -235,9 +235,8 @@ void on_uncached_compile(const Graph& g, const std::string& name, const char* ca
   }
   if (const char* dir = std::getenv("AXLE_SAVE_GRAPHS"); dir && *dir) {
     std::filesystem::create_directories(dir);
-    std::string base = std::string(dir) + "/" + name + "-" + hash;
-    std::ofstream(base + ".txt") << g.text();
-    std::ofstream(base + ".dot") << g.dot(name);
+    // The program's text before and after each pass is saved by compiler::PassPipeline::run.
+    std::ofstream(std::string(dir) + "/" + name + "-" + hash + ".dot") << g.dot(name);
   }
   last[name] = std::move(cur);
 }
@@ -296,7 +295,7 @@ void execute(const std::vector<std::shared_ptr<LazyTensor>>& targets, const char
     if (stored) {
       ex = be.lower(*stored, dev);
     } else {
-      compiler::Program p = compiler::Program::from_graph(g);
+      compiler::Program p = compiler::Program::from_graph(g, name);
       be.pipeline().run(p);
       ex = be.lower(p, dev);
       if (!dir.empty()) compiler::disk_cache_store(dir, g.hash, p);
