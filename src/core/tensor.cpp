@@ -206,17 +206,6 @@ Tensor Tensor::to(Device d) const {
   return lazy::to_cpu(*this, "to(cpu)");
 }
 
-Tensor Tensor::to(DType t) const {
-  AXLE_DEFINED("to");
-  return t == impl_->dtype ? *this : cast(*this, t);
-}
-
-Tensor Tensor::contiguous() const {
-  AXLE_DEFINED("contiguous");
-  return impl_->contiguous ? *this : ops::call1(ops::OpKind::Copy, {*this});
-}
-Tensor Tensor::clone() const { AXLE_DEFINED("clone"); return ops::call1(ops::OpKind::Copy, {*this}); }
-
 Tensor Tensor::detach() const {
   AXLE_DEFINED("detach");
   return make_view(*this, impl_->shape, impl_->strides, impl_->offset);
@@ -253,20 +242,6 @@ bool Tensor::is_leaf() const {
   return !impl_->autograd || !impl_->autograd->grad_fn;
 }
 
-void Tensor::backward(const Tensor& grad) const {
-  AXLE_DEFINED("backward");
-  AXLE_CHECK(requires_grad(), "[backward] expected a tensor that requires grad; none of its inputs do");
-  Tensor g = grad;
-  if (!g.defined()) {
-    AXLE_CHECK(numel() == 1, "[backward] expected a scalar to call backward() without a gradient, got shape ",
-               shape_str(shape()));
-    g = full(shape(), 1.0, {.dtype = dtype(), .device = device()});
-  }
-  AXLE_CHECK(g.shape() == shape(), "[backward] expected a gradient of shape ", shape_str(shape()), ", got ",
-             shape_str(g.shape()));
-  autograd::run_backward(*this, g);
-}
-
 void Tensor::set_data(const Tensor& other) const {
   AXLE_DEFINED("set_data");
   AXLE_CHECK(other.defined(), "[set_data] expected a defined tensor");
@@ -283,26 +258,6 @@ void Tensor::set_data(const Tensor& other) const {
   // New values, same tensor: it keeps its name in AXLE_DEBUG explanations ("parameter fc1.weight").
   if (old && old->label_rank > 0) lazy::set_label(*this, old->label, lazy::LabelRank(old->label_rank));
 }
-
-Tensor Tensor::reshape(const Shape& s) const { return axle::reshape(*this, s); }
-Tensor Tensor::view(const Shape& s) const { return axle::view(*this, s); }
-Tensor Tensor::permute(const Shape& d) const { return axle::permute(*this, d); }
-Tensor Tensor::transpose(int64_t a, int64_t b) const { return axle::transpose(*this, a, b); }
-Tensor Tensor::t() const {
-  AXLE_CHECK(dim() == 2, "[t] expected a 2-D tensor, got ", dim(), "-D");
-  return axle::transpose(*this, 0, 1);
-}
-Tensor Tensor::expand(const Shape& s) const { return axle::expand(*this, s); }
-Tensor Tensor::squeeze(int64_t d) const { return axle::squeeze(*this, d); }
-Tensor Tensor::unsqueeze(int64_t d) const { return axle::unsqueeze(*this, d); }
-Tensor Tensor::flatten(int64_t s, int64_t e) const { return axle::flatten(*this, s, e); }
-Tensor Tensor::narrow(int64_t d, int64_t s, int64_t l) const { return axle::narrow(*this, d, s, l); }
-Tensor Tensor::sum(const Shape& d, bool k) const { return axle::sum(*this, d, k); }
-Tensor Tensor::mean(const Shape& d, bool k) const { return axle::mean(*this, d, k); }
-Tensor Tensor::argmax(int64_t d, bool k) const { return axle::argmax(*this, d, k); }
-Tensor Tensor::exp() const { return axle::exp(*this); }
-Tensor Tensor::log() const { return axle::log(*this); }
-Tensor Tensor::relu() const { return axle::relu(*this); }
 
 // ---------------------------------------------------------------- printing
 std::string Tensor::str() const {
@@ -344,21 +299,6 @@ std::string Tensor::str() const {
 }
 
 std::ostream& operator<<(std::ostream& os, const Tensor& t) { return os << t.str(); }
-
-// ---------------------------------------------------------------- operators
-Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
-Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
-Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
-Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
-Tensor operator+(const Tensor& a, double b) { return add(a, b); }
-Tensor operator-(const Tensor& a, double b) { return sub(a, b); }
-Tensor operator*(const Tensor& a, double b) { return mul(a, b); }
-Tensor operator/(const Tensor& a, double b) { return div(a, b); }
-Tensor operator+(double a, const Tensor& b) { return add(b, a); }
-Tensor operator-(double a, const Tensor& b) { return add(neg(b), a); }
-Tensor operator*(double a, const Tensor& b) { return mul(b, a); }
-Tensor operator/(double a, const Tensor& b) { return div(full_like(b, a), b); }
-Tensor operator-(const Tensor& a) { return neg(a); }
 
 // ---------------------------------------------------------------- factories
 namespace {
