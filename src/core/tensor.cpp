@@ -6,14 +6,10 @@
 #include <iomanip>
 #include <sstream>
 
-#include "axle/autograd.h"
 #include "axle/generator.h"
-#include "axle/ops.h"
-#include "autograd/node.h"
-#include "backend/cpu/loops.h"
+#include "core/hooks.h"
+#include "core/parallel.h"
 #include "core/tensor_impl.h"
-#include "lazy/ir.h"
-#include "ops/op.h"
 
 namespace axle {
 
@@ -178,14 +174,14 @@ template bool* Tensor::data<bool>() const;
 double Tensor::item() const {
   AXLE_DEFINED("item");
   AXLE_CHECK(impl_->numel == 1, "[item] expected a tensor with one element, got shape ", shape_str(impl_->shape));
-  Tensor c = impl_->device.is_cpu() ? *this : lazy::to_cpu(*this, "item");
+  Tensor c = impl_->device.is_cpu() ? *this : lazy_device_hooks().to_cpu(*this, "item");
   return load(c.impl()->data(), c.impl()->dtype);
 }
 
 template <class T>
 std::vector<T> Tensor::to_vector() const {
   AXLE_DEFINED("to_vector");
-  Tensor c = impl_->device.is_cpu() ? *this : lazy::to_cpu(*this, "to_vector");
+  Tensor c = impl_->device.is_cpu() ? *this : lazy_device_hooks().to_cpu(*this, "to_vector");
   std::vector<T> out;
   out.reserve(size_t(c.numel()));
   DType t = c.dtype();
@@ -201,9 +197,9 @@ template std::vector<uint8_t> Tensor::to_vector<uint8_t>() const;
 Tensor Tensor::to(Device d) const {
   AXLE_DEFINED("to");
   if (d == impl_->device) return *this;
-  if (impl_->device.is_cpu()) return lazy::to_device(*this, d);
+  if (impl_->device.is_cpu()) return lazy_device_hooks().to_device(*this, d);
   AXLE_CHECK(d.is_cpu(), "[to] expected a move between cpu and ", impl_->device, ", got ", impl_->device, " -> ", d);
-  return lazy::to_cpu(*this, "to(cpu)");
+  return lazy_device_hooks().to_cpu(*this, "to(cpu)");
 }
 
 Tensor Tensor::detach() const {
@@ -256,13 +252,13 @@ void Tensor::set_data(const Tensor& other) const {
   impl_->offset = o->offset;
   impl_->refresh();
   // New values, same tensor: it keeps its name in AXLE_DEBUG explanations ("parameter fc1.weight").
-  if (old && old->label_rank > 0) lazy::set_label(*this, old->label, lazy::LabelRank(old->label_rank));
+  if (old) lazy_device_hooks().keep_label(*this, *old);
 }
 
 // ---------------------------------------------------------------- printing
 std::string Tensor::str() const {
   if (!impl_) return "tensor(undefined)";
-  Tensor c = impl_->device.is_cpu() ? *this : lazy::to_cpu(*this, "print");
+  Tensor c = impl_->device.is_cpu() ? *this : lazy_device_hooks().to_cpu(*this, "print");
   std::ostringstream os;
   const TensorImpl* t = c.impl();
   const int64_t nd = int64_t(t->shape.size());
@@ -311,7 +307,7 @@ template <class T>
 void fill_typed(char* p, int64_t n, double v) {
   T x = static_cast<T>(v);
   T* q = reinterpret_cast<T*>(p);
-  if (!cpu::use_team(n, (1 << 16) + 1)) {  // small fills: every scalar operand
+  if (!use_team(n, (1 << 16) + 1)) {  // small fills: every scalar operand
     std::fill(q, q + n, x);
     return;
   }
@@ -384,7 +380,14 @@ Tensor from_vector(const std::vector<int32_t>& v, const Shape& s, const TensorOp
 Tensor from_blob(const void* data, const Shape& shape, DType t, const TensorOptions& o) {
   Tensor r = make_tensor(shape, t);
   if (r.numel() > 0) std::memcpy(r.impl()->data(), data, size_t(r.numel()) * itemsize(t));
-  if (o.dtype != t) r = cast(r, o.dtype);
+  if (o.dtype != t) {  // converted element by element, as from_vector does
+    Tensor c = make_tensor(shape, o.dtype);
+    const char* p = r.impl()->data();
+    char* q = c.impl()->data();
+    const int64_t from = int64_t(itemsize(t)), to = int64_t(itemsize(o.dtype));
+    for (int64_t i = 0; i < r.numel(); ++i) store(q + i * to, o.dtype, load(p + i * from, t));
+    r = c;
+  }
   return finish(r, o);
 }
 
