@@ -1,15 +1,21 @@
 #!/usr/bin/env python3
-"""The layering test: no file in src/ or include/ includes a header of a higher layer.
+"""The layering test: no file in src/ or include/ includes a header of a higher layer,
+and (given the objects) no layer's code calls a function defined in a higher layer.
 
 The layers and the paths each owns are in src/LAYERS (the one place the rule is written;
 the build reads it too). For every #include of a file in the tree, the including file's
 layer must be at or above the included header's layer, unless the pair is listed in
 src/LAYERS as a known `allow` (then it must still occur: a stale entry fails too).
+With objects, each symbol a layer's object files use must be defined (strongly) in that
+layer or a lower one, unless listed as `allow-call LAYER SYMBOL` (`*` for any layer).
 
-Usage: layering.py REPO_ROOT
+Usage: layering.py REPO_ROOT                          the include check
+       layering.py REPO_ROOT LAYER=OBJ,OBJ,... ...    the symbol check (cmake passes them)
 """
+import collections
 import os
 import re
+import subprocess
 import sys
 
 SCANNED = ("src", "include")
@@ -19,12 +25,18 @@ INCLUDE = re.compile(r'^\s*#\s*include\s*(?:"([^"]+)"|<(axle/[^>]+)>)')
 
 def read_rule(root):
     """Returns (layers in order, [(owned path, layer)], {(file, header): line number})."""
-    layers, owned, allowed = [], [], {}
+    layers, owned, allowed, calls = [], [], {}, {}
     path = os.path.join(root, "src", "LAYERS")
     with open(path) as f:
         for n, line in enumerate(f, 1):
             words = line.split("#", 1)[0].split()
             if not words:
+                continue
+            if words[0] == "allow-call":
+                parts = line.split("#", 1)[0].split(None, 2)
+                if len(parts) != 3:
+                    sys.exit(f"src/LAYERS:{n}: expected 'allow-call LAYER SYMBOL', got: {line.strip()}")
+                calls[(parts[1], parts[2].strip())] = n
                 continue
             if words[0] == "allow":
                 if len(words) != 3:
@@ -36,7 +48,7 @@ def read_rule(root):
                 sys.exit(f"src/LAYERS:{n}: layer '{name}' listed twice")
             layers.append(name)
             owned += [(p, name) for p in paths]
-    return layers, owned, allowed
+    return layers, owned, allowed, calls
 
 
 def layer_of(rel, owned):
@@ -60,8 +72,10 @@ def resolve(root, including, header):
 
 def main():
     root = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), ".."))
-    layers, owned, allowed = read_rule(root)
+    layers, owned, allowed, calls = read_rule(root)
     rank = {name: i for i, name in enumerate(layers)}
+    if len(sys.argv) > 2:
+        return check_symbols(layers, rank, calls, sys.argv[2:])
     errors, used, files, edges = [], set(), 0, 0
     for top in SCANNED:
         for d, _, names in sorted(os.walk(os.path.join(root, top))):
@@ -99,6 +113,59 @@ def main():
                           "delete the line")
     print(f"layering: {files} files, {edges} includes within the tree, {len(layers)} layers, "
           f"{len(used)} known upward includes allowed by src/LAYERS")
+    for e in errors:
+        print(e)
+    if errors:
+        print(f"FAILED: {len(errors)} problem(s); the layers, lowest first: {' < '.join(layers)} (src/LAYERS)")
+    return 1 if errors else 0
+
+
+def nm(obj):
+    """(strong definitions, undefined symbols) of one object file, demangled."""
+    out = subprocess.run(["nm", "-C", obj], capture_output=True, text=True, check=True).stdout
+    defined, used = set(), set()
+    for line in out.splitlines():
+        parts = line.split(None, 2)
+        if len(parts) == 2 and parts[0] == "U":
+            used.add(parts[1])
+        elif len(parts) == 3 and parts[1] in "TDBR":
+            defined.add(parts[2])
+    return defined, used
+
+
+def check_symbols(layers, rank, calls, args):
+    home, uses = {}, collections.defaultdict(set)  # symbol -> lowest defining layer; (layer, obj) -> used
+    for arg in args:
+        layer, objs = arg.split("=", 1)
+        if layer not in rank:
+            sys.exit(f"unknown layer {layer}")
+        for obj in filter(None, objs.split(",")):
+            defined, used = nm(obj)
+            for sym in defined:
+                if sym not in home or rank[layer] < rank[home[sym]]:
+                    home[sym] = layer
+            uses[(layer, obj)] |= used
+    errors, used_allows, count = [], set(), 0
+    for (layer, obj), syms in sorted(uses.items()):
+        for sym in sorted(syms):
+            theirs = home.get(sym)
+            if theirs is None:
+                continue  # defined outside axle (the C++ library, oneDNN, Gloo, ...)
+            count += 1
+            if rank[theirs] <= rank[layer]:
+                continue
+            for key in ((layer, sym), ("*", sym)):
+                if key in calls:
+                    used_allows.add(key)
+                    break
+            else:
+                src = obj.split("/CMakeFiles/", 1)[-1]
+                errors.append(f"{src}: layer {layer} calls {sym}, defined in layer {theirs}, which is above it")
+    for key, n in sorted(calls.items(), key=lambda kv: kv[1]):
+        if key not in used_allows:
+            errors.append(f"src/LAYERS:{n}: stale 'allow-call {key[0]} {key[1]}': no such call up; delete the line")
+    print(f"layering (symbols): {sum(len(a.split('=', 1)[1].split(',')) for a in args)} objects, {count} uses of "
+          f"axle's own symbols, {len(used_allows)} known calls up allowed by src/LAYERS")
     for e in errors:
         print(e)
     if errors:
