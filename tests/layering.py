@@ -7,7 +7,7 @@ the build reads it too). For every #include of a file in the tree, the including
 layer must be at or above the included header's layer, unless the pair is listed in
 src/LAYERS as a known `allow` (then it must still occur: a stale entry fails too).
 With objects, each symbol a layer's object files use must be defined (strongly) in that
-layer or a lower one, unless listed as `allow-call LAYER SYMBOL` (`*` for any layer).
+layer or a lower one, unless listed as `allow-call FILE LAYER` (FILE `*`: any file).
 
 Usage: layering.py REPO_ROOT                          the include check
        layering.py REPO_ROOT LAYER=OBJ,OBJ,... ...    the symbol check (cmake passes them)
@@ -33,10 +33,9 @@ def read_rule(root):
             if not words:
                 continue
             if words[0] == "allow-call":
-                parts = line.split("#", 1)[0].split(None, 2)
-                if len(parts) != 3:
-                    sys.exit(f"src/LAYERS:{n}: expected 'allow-call LAYER SYMBOL', got: {line.strip()}")
-                calls[(parts[1], parts[2].strip())] = n
+                if len(words) != 3:
+                    sys.exit(f"src/LAYERS:{n}: expected 'allow-call FILE LAYER', got: {line.strip()}")
+                calls[(words[1], words[2])] = n
                 continue
             if words[0] == "allow":
                 if len(words) != 3:
@@ -125,10 +124,12 @@ def nm(obj):
     out = subprocess.run(["nm", "-C", obj], capture_output=True, text=True, check=True).stdout
     defined, used = set(), set()
     for line in out.splitlines():
-        parts = line.split(None, 2)
-        if len(parts) == 2 and parts[0] == "U":
-            used.add(parts[1])
-        elif len(parts) == 3 and parts[1] in "TDBR":
+        line = line.strip()
+        if line.startswith("U "):  # "U name" (a demangled name may hold spaces)
+            used.add(line[2:])
+            continue
+        parts = line.split(None, 2)  # "address type name"
+        if len(parts) == 3 and parts[1] in ("T", "D", "B", "R"):
             defined.add(parts[2])
     return defined, used
 
@@ -147,6 +148,8 @@ def check_symbols(layers, rank, calls, args):
             uses[(layer, obj)] |= used
     errors, used_allows, count = [], set(), 0
     for (layer, obj), syms in sorted(uses.items()):
+        # .../CMakeFiles/axle_ops.dir/src/ops/conv.cpp.o -> src/ops/conv.cpp
+        src = re.sub(r"\.o(bj)?$", "", obj.split(".dir/", 1)[-1])
         for sym in sorted(syms):
             theirs = home.get(sym)
             if theirs is None:
@@ -154,12 +157,11 @@ def check_symbols(layers, rank, calls, args):
             count += 1
             if rank[theirs] <= rank[layer]:
                 continue
-            for key in ((layer, sym), ("*", sym)):
+            for key in ((src, theirs), ("*", theirs)):
                 if key in calls:
                     used_allows.add(key)
                     break
             else:
-                src = obj.split("/CMakeFiles/", 1)[-1]
                 errors.append(f"{src}: layer {layer} calls {sym}, defined in layer {theirs}, which is above it")
     for key, n in sorted(calls.items(), key=lambda kv: kv[1]):
         if key not in used_allows:
