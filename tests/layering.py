@@ -119,19 +119,23 @@ def main():
     return 1 if errors else 0
 
 
-def nm(obj):
-    """(strong definitions, undefined symbols) of one object file, demangled."""
-    out = subprocess.run(["nm", "-C", obj], capture_output=True, text=True, check=True).stdout
-    defined, used = set(), set()
+def nm(objs):
+    """{object: (strong definitions, undefined symbols)}, demangled, from one nm run."""
+    out = subprocess.run(["nm", "-C", "-A", *objs], capture_output=True, text=True, check=True).stdout
+    table = {obj: (set(), set()) for obj in objs}
     for line in out.splitlines():
-        line = line.strip()
-        if line.startswith("U "):  # "U name" (a demangled name may hold spaces)
-            used.add(line[2:])
+        obj, _, rest = line.partition(":")  # -A: "object:address type name"
+        if obj not in table:
             continue
-        parts = line.split(None, 2)  # "address type name"
+        defined, used = table[obj]
+        rest = rest.strip()
+        if rest.startswith("U "):  # "U name" (a demangled name may hold spaces)
+            used.add(rest[2:])
+            continue
+        parts = rest.split(None, 2)  # "address type name"
         if len(parts) == 3 and parts[1] in ("T", "D", "B", "R"):
             defined.add(parts[2])
-    return defined, used
+    return table
 
 
 def check_symbols(layers, rank, calls, args):
@@ -140,8 +144,7 @@ def check_symbols(layers, rank, calls, args):
         layer, objs = arg.split("=", 1)
         if layer not in rank:
             sys.exit(f"unknown layer {layer}")
-        for obj in filter(None, objs.split(",")):
-            defined, used = nm(obj)
+        for obj, (defined, used) in nm([o for o in objs.split(",") if o]).items():
             for sym in defined:
                 if sym not in home or rank[layer] < rank[home[sym]]:
                     home[sym] = layer
@@ -149,7 +152,7 @@ def check_symbols(layers, rank, calls, args):
     errors, used_allows, count = [], set(), 0
     for (layer, obj), syms in sorted(uses.items()):
         # .../CMakeFiles/axle_ops.dir/src/ops/conv.cpp.o -> src/ops/conv.cpp
-        src = re.sub(r"\.o(bj)?$", "", obj.split(".dir/", 1)[-1])
+        src = os.path.normpath(re.sub(r"\.o(bj)?$", "", obj.split(".dir/", 1)[-1]))
         for sym in sorted(syms):
             theirs = home.get(sym)
             if theirs is None:
