@@ -12,6 +12,7 @@ PKGS=(
   libgtest-dev libgmock-dev libbenchmark-dev
   clang libclang-rt-14-dev   # libFuzzer for the safetensors fuzz test
   iproute2             # `ip netns` for the two-host test (tests/test_multihost.cpp)
+  python3-minimal      # the layering tests (tests/layering.py); binutils (nm) comes with g++
 )
 missing=()
 for p in "${PKGS[@]}"; do

@@ -29,6 +29,23 @@ TEST(Core, BroadcastAddAndBackward) {
   EXPECT_EQ(b.grad().to_vector<float>(), (std::vector<float>{5, 7, 9}));
 }
 
+// from_blob converts to the requested dtype itself (core is below the ops), element by
+// element as a cast does: truncation toward zero, nonzero -> true.
+TEST(Core, FromBlobConvertsDtypeAsCastDoes) {
+  const float v[] = {1.75f, -2.25f, 3.0f, 0.0f, -0.5f, 255.0f};
+  Tensor i = from_blob(v, {2, 3}, kFloat32, {.dtype = kInt64});
+  EXPECT_EQ(i.dtype(), kInt64);
+  EXPECT_EQ(i.shape(), (Shape{2, 3}));
+  EXPECT_EQ(i.to_vector<int64_t>(), (std::vector<int64_t>{1, -2, 3, 0, 0, 255}));
+  EXPECT_EQ(i.to_vector<int64_t>(), from_blob(v, {2, 3}, kFloat32).to(kInt64).to_vector<int64_t>());
+  Tensor b = from_blob(v, {6}, kFloat32, {.dtype = kBool});
+  EXPECT_EQ(b.to_vector<int64_t>(), (std::vector<int64_t>{1, 1, 1, 0, 1, 1}));
+  EXPECT_EQ(b.to_vector<int64_t>(), from_blob(v, {6}, kFloat32).to(kBool).to_vector<int64_t>());
+  const int32_t w[] = {7, -8};
+  EXPECT_EQ(from_blob(w, {2}, kInt32).to_vector<float>(), (std::vector<float>{7.0f, -8.0f}));
+  EXPECT_EQ(from_blob(w, {2}, kInt32, {.dtype = kFloat32}).to_vector<float>(), (std::vector<float>{7.0f, -8.0f}));
+}
+
 TEST(Core, ViewsShareStorage) {
   Tensor a = arange(0, 12, 1, {.dtype = kFloat32}).reshape({3, 4});
   Tensor t = a.t();

@@ -45,5 +45,11 @@ struct AccumulateGrad final : Node {
 Edge gradient_edge(const Tensor& t);
 /// Runs backward from `root` with seed gradient `grad`.
 void run_backward(const Tensor& root, const Tensor& grad);
+/// Makes `out` the outputs of a new OpNode for op `k` on inputs `in` (the dispatcher's
+/// autograd record); needs[i]: input i wants a gradient.
+void record_op(ops::OpKind k, const ops::Attrs& a, const ops::Tensors& in, const ops::Tensors& out,
+               std::vector<bool> needs);
+/// Installs autograd's hooks (ops/hooks.h); called by src/init/init.cpp.
+void register_hooks();
 
 }  // namespace axle::autograd

@@ -6,14 +6,10 @@
 #include <iomanip>
 #include <sstream>
 
-#include "axle/autograd.h"
 #include "axle/generator.h"
-#include "axle/ops.h"
-#include "autograd/node.h"
-#include "backend/cpu/loops.h"
+#include "core/hooks.h"
+#include "core/parallel.h"
 #include "core/tensor_impl.h"
-#include "lazy/ir.h"
-#include "ops/op.h"
 
 namespace axle {
 
@@ -178,14 +174,14 @@ template bool* Tensor::data<bool>() const;
 double Tensor::item() const {
   AXLE_DEFINED("item");
   AXLE_CHECK(impl_->numel == 1, "[item] expected a tensor with one element, got shape ", shape_str(impl_->shape));
-  Tensor c = impl_->device.is_cpu() ? *this : lazy::to_cpu(*this, "item");
+  Tensor c = impl_->device.is_cpu() ? *this : lazy_device_hooks().to_cpu(*this, "item");
   return load(c.impl()->data(), c.impl()->dtype);
 }
 
 template <class T>
 std::vector<T> Tensor::to_vector() const {
   AXLE_DEFINED("to_vector");
-  Tensor c = impl_->device.is_cpu() ? *this : lazy::to_cpu(*this, "to_vector");
+  Tensor c = impl_->device.is_cpu() ? *this : lazy_device_hooks().to_cpu(*this, "to_vector");
   std::vector<T> out;
   out.reserve(size_t(c.numel()));
   DType t = c.dtype();
@@ -201,21 +197,10 @@ template std::vector<uint8_t> Tensor::to_vector<uint8_t>() const;
 Tensor Tensor::to(Device d) const {
   AXLE_DEFINED("to");
   if (d == impl_->device) return *this;
-  if (impl_->device.is_cpu()) return lazy::to_device(*this, d);
+  if (impl_->device.is_cpu()) return lazy_device_hooks().to_device(*this, d);
   AXLE_CHECK(d.is_cpu(), "[to] expected a move between cpu and ", impl_->device, ", got ", impl_->device, " -> ", d);
-  return lazy::to_cpu(*this, "to(cpu)");
+  return lazy_device_hooks().to_cpu(*this, "to(cpu)");
 }
-
-Tensor Tensor::to(DType t) const {
-  AXLE_DEFINED("to");
-  return t == impl_->dtype ? *this : cast(*this, t);
-}
-
-Tensor Tensor::contiguous() const {
-  AXLE_DEFINED("contiguous");
-  return impl_->contiguous ? *this : ops::call1(ops::OpKind::Copy, {*this});
-}
-Tensor Tensor::clone() const { AXLE_DEFINED("clone"); return ops::call1(ops::OpKind::Copy, {*this}); }
 
 Tensor Tensor::detach() const {
   AXLE_DEFINED("detach");
@@ -253,20 +238,6 @@ bool Tensor::is_leaf() const {
   return !impl_->autograd || !impl_->autograd->grad_fn;
 }
 
-void Tensor::backward(const Tensor& grad) const {
-  AXLE_DEFINED("backward");
-  AXLE_CHECK(requires_grad(), "[backward] expected a tensor that requires grad; none of its inputs do");
-  Tensor g = grad;
-  if (!g.defined()) {
-    AXLE_CHECK(numel() == 1, "[backward] expected a scalar to call backward() without a gradient, got shape ",
-               shape_str(shape()));
-    g = full(shape(), 1.0, {.dtype = dtype(), .device = device()});
-  }
-  AXLE_CHECK(g.shape() == shape(), "[backward] expected a gradient of shape ", shape_str(shape()), ", got ",
-             shape_str(g.shape()));
-  autograd::run_backward(*this, g);
-}
-
 void Tensor::set_data(const Tensor& other) const {
   AXLE_DEFINED("set_data");
   AXLE_CHECK(other.defined(), "[set_data] expected a defined tensor");
@@ -281,33 +252,13 @@ void Tensor::set_data(const Tensor& other) const {
   impl_->offset = o->offset;
   impl_->refresh();
   // New values, same tensor: it keeps its name in AXLE_DEBUG explanations ("parameter fc1.weight").
-  if (old && old->label_rank > 0) lazy::set_label(*this, old->label, lazy::LabelRank(old->label_rank));
+  if (old) lazy_device_hooks().keep_label(*this, *old);
 }
-
-Tensor Tensor::reshape(const Shape& s) const { return axle::reshape(*this, s); }
-Tensor Tensor::view(const Shape& s) const { return axle::view(*this, s); }
-Tensor Tensor::permute(const Shape& d) const { return axle::permute(*this, d); }
-Tensor Tensor::transpose(int64_t a, int64_t b) const { return axle::transpose(*this, a, b); }
-Tensor Tensor::t() const {
-  AXLE_CHECK(dim() == 2, "[t] expected a 2-D tensor, got ", dim(), "-D");
-  return axle::transpose(*this, 0, 1);
-}
-Tensor Tensor::expand(const Shape& s) const { return axle::expand(*this, s); }
-Tensor Tensor::squeeze(int64_t d) const { return axle::squeeze(*this, d); }
-Tensor Tensor::unsqueeze(int64_t d) const { return axle::unsqueeze(*this, d); }
-Tensor Tensor::flatten(int64_t s, int64_t e) const { return axle::flatten(*this, s, e); }
-Tensor Tensor::narrow(int64_t d, int64_t s, int64_t l) const { return axle::narrow(*this, d, s, l); }
-Tensor Tensor::sum(const Shape& d, bool k) const { return axle::sum(*this, d, k); }
-Tensor Tensor::mean(const Shape& d, bool k) const { return axle::mean(*this, d, k); }
-Tensor Tensor::argmax(int64_t d, bool k) const { return axle::argmax(*this, d, k); }
-Tensor Tensor::exp() const { return axle::exp(*this); }
-Tensor Tensor::log() const { return axle::log(*this); }
-Tensor Tensor::relu() const { return axle::relu(*this); }
 
 // ---------------------------------------------------------------- printing
 std::string Tensor::str() const {
   if (!impl_) return "tensor(undefined)";
-  Tensor c = impl_->device.is_cpu() ? *this : lazy::to_cpu(*this, "print");
+  Tensor c = impl_->device.is_cpu() ? *this : lazy_device_hooks().to_cpu(*this, "print");
   std::ostringstream os;
   const TensorImpl* t = c.impl();
   const int64_t nd = int64_t(t->shape.size());
@@ -345,21 +296,6 @@ std::string Tensor::str() const {
 
 std::ostream& operator<<(std::ostream& os, const Tensor& t) { return os << t.str(); }
 
-// ---------------------------------------------------------------- operators
-Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
-Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
-Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
-Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
-Tensor operator+(const Tensor& a, double b) { return add(a, b); }
-Tensor operator-(const Tensor& a, double b) { return sub(a, b); }
-Tensor operator*(const Tensor& a, double b) { return mul(a, b); }
-Tensor operator/(const Tensor& a, double b) { return div(a, b); }
-Tensor operator+(double a, const Tensor& b) { return add(b, a); }
-Tensor operator-(double a, const Tensor& b) { return add(neg(b), a); }
-Tensor operator*(double a, const Tensor& b) { return mul(b, a); }
-Tensor operator/(double a, const Tensor& b) { return div(full_like(b, a), b); }
-Tensor operator-(const Tensor& a) { return neg(a); }
-
 // ---------------------------------------------------------------- factories
 namespace {
 Tensor finish(Tensor t, const TensorOptions& o) {
@@ -371,7 +307,7 @@ template <class T>
 void fill_typed(char* p, int64_t n, double v) {
   T x = static_cast<T>(v);
   T* q = reinterpret_cast<T*>(p);
-  if (!cpu::use_team(n, (1 << 16) + 1)) {  // small fills: every scalar operand
+  if (!use_team(n, (1 << 16) + 1)) {  // small fills: every scalar operand
     std::fill(q, q + n, x);
     return;
   }
@@ -444,7 +380,14 @@ Tensor from_vector(const std::vector<int32_t>& v, const Shape& s, const TensorOp
 Tensor from_blob(const void* data, const Shape& shape, DType t, const TensorOptions& o) {
   Tensor r = make_tensor(shape, t);
   if (r.numel() > 0) std::memcpy(r.impl()->data(), data, size_t(r.numel()) * itemsize(t));
-  if (o.dtype != t) r = cast(r, o.dtype);
+  if (o.dtype != t) {  // converted element by element, as from_vector does
+    Tensor c = make_tensor(shape, o.dtype);
+    const char* p = r.impl()->data();
+    char* q = c.impl()->data();
+    const int64_t from = int64_t(itemsize(t)), to = int64_t(itemsize(o.dtype));
+    for (int64_t i = 0; i < r.numel(); ++i) store(q + i * to, o.dtype, load(p + i * from, t));
+    r = c;
+  }
   return finish(r, o);
 }
 

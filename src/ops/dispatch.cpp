@@ -8,8 +8,7 @@
 #include "axle/autograd.h"
 #include "axle/metrics.h"
 #include "axle/ops.h"
-#include "autograd/node.h"
-#include "lazy/ir.h"
+#include "ops/hooks.h"
 #include "ops/op.h"
 
 namespace axle::ops {
@@ -94,14 +93,15 @@ Tensors call(OpKind k, const Tensors& in, const Attrs& a) {
   // TraceTime: what an op on the lazy device costs the training loop (shape rule,
   // recording, autograd), reported against the step time by bench/run.
   std::optional<metrics::ScopedTimer> trace;
-  if (!dev.is_cpu()) trace.emplace(lazy::trace_timer());
+  const LazyHooks* lazy = dev.is_cpu() ? nullptr : &lazy_hooks();
+  if (lazy) trace.emplace(lazy->trace_timer());
   std::vector<Meta> metas = d.infer(in, a);
   Tensors out;
-  if (!dev.is_cpu()) {
-    out = lazy::record(k, in, a, metas, dev);
-    if (lazy::eager_active()) [[unlikely]] {
+  if (lazy) {
+    out = lazy->record(k, in, a, metas, dev);
+    if (lazy->eager_active()) [[unlikely]] {
       trace.reset();
-      lazy::run_eagerly(out);
+      lazy->run_eagerly(out);
     }
   } else if (profiling()) [[unlikely]] {
     static metrics::Timer* timers[size_t(OpKind::kNumOps)] = {};
@@ -126,28 +126,7 @@ Tensors call(OpKind k, const Tensors& in, const Attrs& a) {
       needs[i] = in[i].defined() && in[i].requires_grad();
       any = any || needs[i];
     }
-    if (any) {
-      auto node = std::make_shared<autograd::OpNode>();
-      node->kind = k;
-      node->attrs = a;
-      node->needs = needs;
-      node->num_outputs = int(out.size());
-      node->in.reserve(in.size());
-      node->next.resize(in.size());
-      for (size_t i = 0; i < in.size(); ++i) {
-        node->in.push_back(in[i].defined() ? in[i].detach() : Tensor());
-        if (needs[i]) node->next[i] = autograd::gradient_edge(in[i]);
-      }
-      node->out.reserve(out.size());
-      for (size_t j = 0; j < out.size(); ++j) {
-        node->out.push_back(out[j].detach());
-        if (!is_floating(out[j].dtype())) continue;
-        AutogradMeta& m = out[j].impl()->meta();
-        m.requires_grad = true;
-        m.grad_fn = node;
-        m.output_nr = int(j);
-      }
-    }
+    if (any) autograd_hooks().record(k, a, in, out, std::move(needs));
   }
   return out;
 }

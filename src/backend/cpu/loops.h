@@ -12,18 +12,13 @@
 #include <omp.h>
 #include <initializer_list>
 
+#include "core/parallel.h"
 #include "core/tensor_impl.h"
 
 namespace axle::cpu {
 
-/// Elements below this run on one thread.
-constexpr int64_t kParallelGrain = 32768;
-
-/// Whether `work` elements (at least `grain`) are worth an OpenMP team. Callers run the loop
-/// inline otherwise: libgomp allocates and frees a team even for a one-thread region.
-inline bool use_team(int64_t work, int64_t grain = kParallelGrain) {
-  return work >= grain && omp_get_max_threads() > 1;
-}
+using axle::kParallelGrain;
+using axle::use_team;
 
 struct TensorIter {
   static constexpr int kMaxArgs = 4;

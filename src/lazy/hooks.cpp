@@ -1,0 +1,27 @@
+// The lazy device's hooks into the layers below it (core/hooks.h, ops/hooks.h).
+#include "lazy/hooks.h"
+
+#include "core/hooks.h"
+#include "lazy/ir.h"
+#include "ops/hooks.h"
+
+namespace axle::lazy {
+
+void register_hooks() {
+  set_lazy_device_hooks({
+      .to_cpu = &to_cpu,
+      .to_device = &to_device,
+      .keep_label =
+          [](const Tensor& t, const LazyTensor& old) {
+            if (old.label_rank > 0) set_label(t, old.label, LabelRank(old.label_rank));
+          },
+  });
+  ops::set_hooks(ops::LazyHooks{
+      .record = &record,
+      .eager_active = &eager_active,
+      .run_eagerly = &run_eagerly,
+      .trace_timer = &trace_timer,
+  });
+}
+
+}  // namespace axle::lazy
