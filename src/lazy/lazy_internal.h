@@ -1,0 +1,66 @@
+// Internals shared by the lazy runtime's files (tracer, executor, transfers,
+// explanations, eager mode, runtime API). Not part of any public API.
+#pragma once
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "axle/metrics.h"
+#include "lazy/graph.h"
+#include "lazy/ir.h"
+
+namespace axle::lazy::detail {
+
+// Handles to the hot counters and timers (a lookup by name costs a lock).
+struct Stats {
+  metrics::Counter& create = metrics::counter("CreateXlaTensor");
+  metrics::Counter& destroy = metrics::counter("DestroyXlaTensor");
+  metrics::Counter& mark_step = metrics::counter("MarkStep");
+  metrics::Counter& cached = metrics::counter("CachedCompile");
+  metrics::Counter& uncached = metrics::counter("UncachedCompile");
+  metrics::Timer& compile = metrics::timer("CompileTime");
+  metrics::Timer& execute = metrics::timer("ExecuteTime");
+  metrics::Timer& eager_compile = metrics::timer("EagerOpCompileTime");
+  metrics::Timer& eager_execute = metrics::timer("EagerOpExecuteTime");
+  metrics::Timer& to_device = metrics::timer("TransferToDeviceTime");
+  metrics::Timer& trace = metrics::timer("TraceTime");
+  metrics::Timer& graph_cut = metrics::timer("GraphCutTime");  // build, hash, cache lookup
+  metrics::Timer& from_device = metrics::timer("TransferFromDeviceTime");
+};
+Stats& stats();
+
+// tracer.cpp
+Tensor make_xla(const Shape& shape, DType dtype, Device dev, std::shared_ptr<LazyTensor> lt);
+
+// explain.cpp
+struct Summary {
+  std::vector<std::string> inputs, labels, nodes;
+};
+Summary summarize(const Graph& g);
+std::string explain_difference(const Summary& prev, const Summary& cur);
+std::mutex& debug_mu();
+std::map<std::string, Summary>& last_summary();
+std::string& last_explanation_text();  ///< guarded by debug_mu()
+void on_uncached_compile(const Graph& g, const std::string& name, const char* cause);
+
+// executor.cpp
+// `donate`: a full sync, after which no IR survives; buffers of tensors that no
+// longer exist are handed to the executable, which may overwrite them.
+void execute(const std::vector<std::shared_ptr<LazyTensor>>& targets, const char* cause, const std::string& name,
+             bool donate = false);
+
+// tracer.cpp: the live-tensor registry
+struct Registry {
+  std::mutex mu;
+  std::vector<std::weak_ptr<LazyTensor>> pending;  ///< tensors created with IR since the last sync
+  size_t prune_at = 4096;  ///< a program that never syncs (eager mode, value reads) is pruned here
+};
+Registry& registry();
+
+// eager.cpp
+extern std::atomic<bool> g_eager;
+
+}  // namespace axle::lazy::detail
