@@ -411,3 +411,17 @@ TEST(Lazy, EagerModeWithoutSyncDoesNotAccumulate) {
   EXPECT_LT(live, 10);
   EXPECT_LT(lazy::pending_count(), size_t(10000));  // 20000 ops, the registry pruned
 }
+
+TEST(Lazy, GraphHashTellsApartWhichInputEachUseReads) {
+  // Node hashes are made at record time and cover ops, attrs and shapes, not which data
+  // node an operand is: the graph hash must still tell these apart.
+  cold_start();
+  Tensor x = full({3}, 2.0).to(device()), y = full({3}, 5.0).to(device());
+  axle::sync();
+  EXPECT_EQ(((x + y) - x).to_vector<float>()[0], 5.0f);
+  EXPECT_EQ(((x + y) - y).to_vector<float>()[0], 2.0f);  // same ops and shapes, other data use
+  EXPECT_EQ((x + x).to_vector<float>()[0], 4.0f);
+  EXPECT_EQ(metrics::counter_value("UncachedCompile"), 3);
+  EXPECT_EQ(((y + x) - y).to_vector<float>()[0], 2.0f);  // the first graph's structure: cached
+  EXPECT_EQ(metrics::counter_value("CachedCompile"), 1);
+}

@@ -39,6 +39,9 @@ struct Node {
   bool has_owner = false;
   double scalar = 0;  ///< Constant: its value
   std::string label;  ///< Data: what this input is, for AXLE_DEBUG ("parameter fc1.weight", ...)
+  /// Kind, op, attrs, output metas, constant value and the operands' hashes: computed
+  /// once when the node is made (seal_node), so cutting a graph never rehashes its nodes.
+  uint64_t hash = 0;
   /// build_graph's scratch: the pass that last visited this node, and the node's index in
   /// that pass's graph (faster than a hash map on every cut; graphs are cut on one thread).
   uint64_t visit = 0;

@@ -44,6 +44,7 @@ NodePtr data_node_for(const std::shared_ptr<LazyTensor>& lt, const Shape& shape,
     n->owner = lt;
     n->has_owner = true;
     n->label = lt->label;
+    seal_node(*n);
     lt->data_node = std::move(n);
   }
   return lt->data_node;
@@ -66,6 +67,7 @@ Value value_of(const Tensor& t) {
       n->data = t.contiguous();
       n->label = "a cpu scalar made a graph input, e.g. a learning rate";
     }
+    seal_node(*n);
     return {n, 0};
   }
   if (ti->lazy->ir) return ti->lazy->ir;
@@ -100,6 +102,7 @@ ops::Tensors record(ops::OpKind k, const ops::Tensors& in, const ops::Attrs& a, 
   n->outs = metas;
   n->operands.reserve(in.size());
   for (const Tensor& t : in) n->operands.push_back(value_of(t));
+  seal_node(*n);
   ops::Tensors out;
   out.reserve(metas.size());
   for (size_t j = 0; j < metas.size(); ++j) {
