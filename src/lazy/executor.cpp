@@ -1,5 +1,7 @@
 // The graph executor: cuts the pending IR of some tensors into a graph, finds or
 // compiles its executable, runs it and writes the results back.
+#include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <list>
 #include <mutex>
@@ -55,29 +57,33 @@ Cache& cache() {
 
 namespace detail {
 
-void execute(const std::vector<std::shared_ptr<LazyTensor>>& targets, const char* cause, const std::string& name,
-             bool donate) {
-  if (targets.empty()) return;
-  std::optional<metrics::ScopedTimer> cut(std::in_place, stats().graph_cut);
-  // One root per distinct value; several tensors may share a value.
-  std::vector<Value> roots;
+// ---- Phase 1: collect roots. One root per distinct value; several tensors may share one.
+struct Roots {
+  std::vector<Value> values;
+  std::vector<size_t> which;  ///< per target, its root
+};
+Roots collect_roots(const std::vector<std::shared_ptr<LazyTensor>>& targets) {
+  Roots r;
   std::unordered_map<const Node*, std::vector<std::pair<int, size_t>>> root_of;
-  std::vector<size_t> which(targets.size());
+  r.which.resize(targets.size());
   for (size_t t = 0; t < targets.size(); ++t) {
     const Value& v = targets[t]->ir;
     auto& slots = root_of[v.node.get()];
-    size_t r = roots.size();
-    for (auto [idx, k] : slots)
-      if (idx == v.index) r = k;
-    if (r == roots.size()) {
-      slots.push_back({v.index, r});
-      roots.push_back(v);
+    size_t k = r.values.size();
+    for (auto [idx, j] : slots)
+      if (idx == v.index) k = j;
+    if (k == r.values.size()) {
+      slots.push_back({v.index, k});
+      r.values.push_back(v);
     }
-    which[t] = r;
+    r.which[t] = k;
   }
-  Graph g = build_graph(roots);
-  const bool eager = std::string_view(cause) == "eager op";
-  TraceContext* ctx = current_context();
+  return r;
+}
+
+// ---- Phase 2: cut + hash (build_graph: the nodes' hashes were made at record time).
+// ---- Phase 3: cache lookup; a compile()d function may refuse a new graph here.
+std::shared_ptr<const compiler::Executable> lookup(const Graph& g, const std::string& name, TraceContext* ctx) {
   if (ctx && ctx->on_graph) {
     // The explanation costs a walk over the graph: made only when a limit is hit.
     ctx->on_graph(g.hash, [&] {
@@ -88,62 +94,143 @@ void execute(const std::vector<std::shared_ptr<LazyTensor>>& targets, const char
   }
   std::shared_ptr<const compiler::Executable> ex = cache().get(g.hash);
   // A compile()d function's graphs are also counted under its name ("CachedCompile::train_step").
-  const bool named = ctx != nullptr;
   if (ex) {
     stats().cached.add();
-    if (named) metrics::counter_add("CachedCompile::" + name);
+    if (ctx) metrics::counter_add("CachedCompile::" + name);
   }
-  cut.reset();
-  if (!ex) {
-    metrics::ScopedTimer t(eager ? stats().eager_compile : stats().compile);
-    const std::string dir = compiler::disk_cache_dir();
-    std::optional<compiler::Program> stored;
-    if (!dir.empty()) {
-      stored = compiler::disk_cache_load(dir, g.hash);
-      metrics::counter_add(stored ? "PersistentCacheHit" : "PersistentCacheMiss");
-    }
-    if (stored) {
-      ex = compiler::lower(*stored);
-    } else {
-      compiler::Program p = compiler::Program::from_graph(g);
-      compiler::PassPipeline::standard().run(p);
-      ex = compiler::lower(p);
-      if (!dir.empty()) compiler::disk_cache_store(dir, g.hash, p);
-      stats().uncached.add();
-      if (named) metrics::counter_add("UncachedCompile::" + name);
-      on_uncached_compile(g, name, cause);
-    }
-    cache().put(g.hash, ex);
+  return ex;
+}
+
+// ---- Phase 4: compile (from the disk cache if it has the graph), and cache the result.
+std::shared_ptr<const compiler::Executable> compile(const Graph& g, const std::string& name, const char* cause,
+                                                    bool eager, bool named) {
+  metrics::ScopedTimer t(eager ? stats().eager_compile : stats().compile);
+  std::shared_ptr<const compiler::Executable> ex;
+  const std::string dir = compiler::disk_cache_dir();
+  std::optional<compiler::Program> stored;
+  if (!dir.empty()) {
+    stored = compiler::disk_cache_load(dir, g.hash);
+    metrics::counter_add(stored ? "PersistentCacheHit" : "PersistentCacheMiss");
   }
-  std::vector<Tensor> inputs;
-  inputs.reserve(g.inputs.size());
-  for (int i : g.inputs) {
-    Node* n = g.nodes[size_t(i)];
-    if (donate && n->has_owner && n->owner.expired()) inputs.push_back(std::move(n->data));
-    else inputs.push_back(n->data);
+  if (stored) {
+    ex = compiler::lower(*stored);
+  } else {
+    compiler::Program p = compiler::Program::from_graph(g);
+    compiler::PassPipeline::standard().run(p);
+    ex = compiler::lower(p);
+    if (!dir.empty()) compiler::disk_cache_store(dir, g.hash, p);
+    stats().uncached.add();
+    if (named) metrics::counter_add("UncachedCompile::" + name);
+    on_uncached_compile(g, name, cause);
   }
-  std::vector<Tensor> results;
-  {
-    metrics::ScopedTimer t(eager ? stats().eager_execute : stats().execute);
-    results = ex->run(std::move(inputs));
+  cache().put(g.hash, ex);
+  return ex;
+}
+
+// ---- Phase 5: execute. `donate`: a full sync, after which no IR survives; buffers of
+// tensors that no longer exist are handed to the executable, which may overwrite them.
+Job make_job(const Graph& g, const Roots& roots, std::shared_ptr<const compiler::Executable> ex,
+             const std::string& name, bool eager, bool donate) {
+  Job job;
+  job.ex = std::move(ex);
+  job.name = name;
+  job.eager = eager;
+  job.inputs.reserve(g.inputs.size());
+  job.pending.resize(g.inputs.size());
+  for (size_t i = 0; i < g.inputs.size(); ++i) {
+    Node* n = g.nodes[size_t(g.inputs[i])];
+    const bool give = donate && n->has_owner && n->owner.expired();
+    if (n->pending) job.pending[i] = give ? std::move(n->pending) : n->pending;
+    job.inputs.push_back(give ? std::move(n->data) : n->data);
   }
   if (ops::checking_numerics()) [[unlikely]]
-    for (size_t r = 0; r < roots.size(); ++r) {
-      const Node* n = roots[r].node.get();
-      ops::check_finite(results[r], "graph '" + name + "' output " + std::to_string(r) + " (op '" +
-                                        (n->kind == NodeKind::Op ? ops::op_name(n->op) : "data") + "')");
+    for (const Value& v : roots.values)
+      job.root_ops.push_back(v.node->kind == NodeKind::Op ? ops::op_name(v.node->op) : "data");
+  return job;
+}
+
+std::vector<Tensor> run_job(Job& job) {
+  for (size_t i = 0; i < job.pending.size(); ++i) {
+    std::shared_ptr<PendingBuffer>& pb = job.pending[i];
+    if (!pb) continue;
+    // Its producer was dispatched earlier: on the device thread it has already run.
+    Execution& e = *pb->producer;
+    e.wait();
+    if (e.error) {
+      try {
+        std::rethrow_exception(e.error);
+      } catch (const std::exception& err) {
+        AXLE_CHECK(false, "[execute] graph '", job.name, "' not run: its input ", i, " comes from graph ", e.graph,
+                   ", which failed: ", err.what());
+      }
     }
+    // Only this execution holds the buffer: hand it over, so it may be donated.
+    job.inputs[i] = pb.use_count() == 1 ? std::move(pb->value) : pb->value;
+    pb.reset();
+  }
+  if (const auto& hook = execute_hook()) [[unlikely]]
+    hook(job.name);
+  std::vector<Tensor> results;
+  {
+    metrics::ScopedTimer t(job.eager ? stats().eager_execute : stats().execute);
+    results = job.ex->run(std::move(job.inputs));
+  }
+  for (size_t r = 0; r < job.root_ops.size(); ++r)
+    ops::check_finite(results[r], "graph '" + job.name + "' output " + std::to_string(r) + " (op '" +
+                                      job.root_ops[r] + "')");
+  return results;
+}
+
+void execute(const std::vector<std::shared_ptr<LazyTensor>>& targets, const char* cause, const std::string& name,
+             bool donate) {
+  if (targets.empty()) return;
+  std::optional<metrics::ScopedTimer> cut(std::in_place, stats().graph_cut);
+  Roots roots = collect_roots(targets);
+  Graph g = build_graph(roots.values);
+  const bool eager = std::string_view(cause) == "eager op";
+  TraceContext* ctx = current_context();
+  std::shared_ptr<const compiler::Executable> ex = lookup(g, name, ctx);
+  cut.reset();
+  if (!ex) ex = compile(g, name, cause, eager, ctx != nullptr);
+  Job job = make_job(g, roots, std::move(ex), name, eager, donate);
+
+  // Graphs with collectives run on the calling thread, as do all graphs in sync mode:
+  // a collective never runs beside a host-side one (barrier, rendezvous) on another thread.
+  const bool side_effects = std::any_of(g.nodes.begin(), g.nodes.end(), [](const Node* n) {
+    return n->kind == NodeKind::Op && ops::op_def(n->op).has_side_effects;
+  });
+  if (!async_enabled() || side_effects) {
+    std::vector<Tensor> results = run_job(job);
+    // ---- Phase 6: write back.
+    for (size_t t = 0; t < targets.size(); ++t) {
+      targets[t]->buffer = results[roots.which[t]];
+      targets[t]->pending.reset();
+      targets[t]->ir = {};
+      targets[t]->data_node.reset();
+    }
+    return;
+  }
+  char hash[17];
+  std::snprintf(hash, sizeof hash, "%016llx", static_cast<unsigned long long>(g.hash));
+  job.exec = std::make_shared<Execution>();
+  job.exec->graph = "'" + name + "' (" + hash + ")";
+  job.outs.resize(roots.values.size());
+  for (auto& o : job.outs) o = std::make_shared<PendingBuffer>(PendingBuffer{job.exec, Tensor()});
+  // ---- Phase 6 (async): the targets point at buffers the device thread will write.
   for (size_t t = 0; t < targets.size(); ++t) {
-    targets[t]->buffer = results[which[t]];
+    targets[t]->pending = job.outs[roots.which[t]];
+    targets[t]->buffer = Tensor();
     targets[t]->ir = {};
     targets[t]->data_node.reset();
   }
+  dispatch(std::move(job));
 }
 
 }  // namespace detail
 using namespace detail;
 
 bool sync_all(const char* cause) {
+  rethrow_async_error();  // an earlier asynchronous execution failed: say so before tracing on
   std::vector<std::shared_ptr<LazyTensor>> targets;
   {
     Registry& r = registry();

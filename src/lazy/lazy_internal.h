@@ -2,6 +2,9 @@
 // explanations, eager mode, runtime API). Not part of any public API.
 #pragma once
 #include <atomic>
+#include <condition_variable>
+#include <exception>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -9,6 +12,7 @@
 #include <vector>
 
 #include "axle/metrics.h"
+#include "compiler/executable.h"
 #include "lazy/graph.h"
 #include "lazy/ir.h"
 
@@ -62,5 +66,50 @@ Registry& registry();
 
 // eager.cpp
 extern std::atomic<bool> g_eager;
+
+}  // namespace axle::lazy::detail
+
+namespace axle::lazy {
+/// One graph execution handed to the device thread; done once it ran (or failed).
+struct Execution {
+  std::string graph;  ///< "'step' (hash 0123abcd...)", for errors
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;         ///< guarded by mu
+  std::exception_ptr error;  ///< set before done; read after wait()
+  void wait();
+};
+}  // namespace axle::lazy
+
+namespace axle::lazy::detail {
+
+// executor.cpp, phase "execute": what one execution needs, on whichever thread runs it.
+struct Job {
+  std::shared_ptr<Execution> exec;  ///< null when run inline (sync mode)
+  std::shared_ptr<const compiler::Executable> ex;
+  std::string name;  ///< graph name
+  bool eager = false;
+  /// Input i is inputs[i], or, when pending[i] is set, that buffer once its producer ran.
+  std::vector<Tensor> inputs;
+  std::vector<std::shared_ptr<PendingBuffer>> pending;
+  std::vector<std::string> root_ops;  ///< per root, for AXLE_CHECK_NUMERICS messages
+  std::vector<std::shared_ptr<PendingBuffer>> outs;  ///< async: one per root, written when done
+};
+/// Runs `job`: resolves its inputs, runs the executable (ExecuteTime), checks numerics.
+std::vector<Tensor> run_job(Job& job);
+
+// async.cpp: the device thread. Executions run one at a time in dispatch order, so
+// every rank runs its graphs (and their collectives) in the order it traced them.
+bool async_enabled();
+void set_async(bool on);  ///< waits for dispatched executions first
+/// Queues `job` on the device thread (started on first use).
+void dispatch(Job job);
+/// Waits until every dispatched execution ran (does not throw).
+void drain();
+/// Throws (once) the first error of an asynchronous execution not yet reported.
+void rethrow_async_error();
+/// Test hook: called with the graph name on the executing thread before each execution; may throw.
+void set_execute_hook(std::function<void(const std::string&)> hook);
+const std::function<void(const std::string&)>& execute_hook();
 
 }  // namespace axle::lazy::detail

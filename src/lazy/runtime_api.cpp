@@ -24,6 +24,16 @@ using lazy::mark_step;
 
 void sync() { mark_step("user sync"); }
 
+void wait_device_ops() {
+  lazy::detail::drain();
+  lazy::detail::rethrow_async_error();
+}
+
+namespace experimental {
+void async_execution(bool on) { lazy::detail::set_async(on); }
+bool is_async_execution() { return lazy::detail::async_enabled(); }
+}  // namespace experimental
+
 namespace {
 thread_local int g_step_depth = 0;
 }  // namespace

@@ -41,6 +41,7 @@ NodePtr data_node_for(const std::shared_ptr<LazyTensor>& lt, const Shape& shape,
     n->kind = NodeKind::Data;
     n->outs = {{shape, dtype}};
     n->data = lt->buffer;
+    n->pending = lt->pending;  // async: still being computed; the graph reads it when it runs
     n->owner = lt;
     n->has_owner = true;
     n->label = lt->label;

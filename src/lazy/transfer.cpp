@@ -26,9 +26,11 @@ Tensor to_cpu(const Tensor& t, const char* reason) {
                "it after the call, or compile with full_graph=false");
     execute({lt}, "value read", ctx ? ctx->name : "step");
   }
+  const Tensor& buffer = ready_buffer(*lt);  // waits for the execution producing it, only that one
+  rethrow_async_error();                     // an earlier execution failed: a read reports it too
   metrics::ScopedTimer timer(stats().from_device);
   Tensor out = make_tensor(t.shape(), t.dtype());
-  cpu::copy_into(out, lt->buffer);
+  cpu::copy_into(out, buffer);
   return out;
 }
 
