@@ -3,6 +3,7 @@
 // value; an execution's error reaches the host at the next sync or value read.
 #include <cstdlib>
 #include <deque>
+#include <omp.h>
 #include <string>
 #include <thread>
 
@@ -84,6 +85,9 @@ class DeviceThread {
       }
       std::shared_ptr<Execution> exec = job.exec;
       std::exception_ptr error;
+      // Same thread count as the host thread that traced it (axle-train --threads, ...):
+      // a reduction's order, hence its result bits, depends on it.
+      if (job.threads > 0 && omp_get_max_threads() != job.threads) omp_set_num_threads(job.threads);
       try {
         std::vector<Tensor> results = run_job(job);
         for (size_t r = 0; r < results.size(); ++r) job.outs[r]->value = std::move(results[r]);
@@ -132,6 +136,7 @@ void set_async(bool on) {
 
 void dispatch(Job job) {
   g_dispatched.store(true);
+  job.threads = omp_get_max_threads();
   device_thread().push(std::move(job));
 }
 

@@ -94,6 +94,7 @@ struct Job {
   std::vector<std::shared_ptr<PendingBuffer>> pending;
   std::vector<std::string> root_ops;  ///< per root, for AXLE_CHECK_NUMERICS messages
   std::vector<std::shared_ptr<PendingBuffer>> outs;  ///< async: one per root, written when done
+  int threads = 0;  ///< async: the host thread's OpenMP thread count, which kernels run with
 };
 /// Runs `job`: resolves its inputs, runs the executable (ExecuteTime), checks numerics.
 std::vector<Tensor> run_job(Job& job);
