@@ -38,7 +38,9 @@ AXLE = {
     "axle-cpu": (["--device", "cpu", "--pattern", "single"], "axle cpu (eager)"),
     "axle-compiled": (["--device", "xla", "--pattern", "compiled"], "axle xla, axle::compile'd step"),
     "axle-eager": (["--device", "xla", "--pattern", "eager"], "axle xla eager mode"),
+    "axle-xla-async": (["--device", "xla", "--pattern", "single"], "axle xla, async execution (AXLE_ASYNC=1)"),
 }
+AXLE_ENV = {"axle-xla-async": {"AXLE_ASYNC": "1"}}  # extra environment per axle system
 BASE = "axle-xla"
 
 
@@ -61,7 +63,8 @@ def run_axle(a, name, model, threads, tmp):
     out = os.path.join(tmp, f"{name}-{model}-{threads}.json")
     cmd = [a.axle_train, *AXLE[name][0], "--model", model, "--threads", str(threads),
            "--max-steps", str(a.warm + a.steps), "--json", out]
-    p = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=a.timeout)
+    env = {**os.environ, **AXLE_ENV.get(name, {})}
+    p = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=a.timeout, env=env)
     if p.returncode != 0:
         raise RuntimeError(f"exit {p.returncode}: {p.stderr.strip()[-400:]}")
     j = json.load(open(out))

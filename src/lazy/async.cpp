@@ -44,8 +44,11 @@ class DeviceThread {
 
   void push(Job job) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      std::unique_lock<std::mutex> lock(mu_);
       if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
+      // Back-pressure: the host runs at most one execution ahead of the one running, so
+      // it never queues unbounded steps (and their buffers).
+      space_.wait(lock, [this] { return queue_.size() < kMaxQueued; });
       last_ = job.exec;
       queue_.push_back(std::move(job));
     }
@@ -83,6 +86,7 @@ class DeviceThread {
         job = std::move(queue_.front());
         queue_.pop_front();
       }
+      space_.notify_all();
       std::shared_ptr<Execution> exec = job.exec;
       std::exception_ptr error;
       // Same thread count as the host thread that traced it (axle-train --threads, ...):
@@ -113,7 +117,8 @@ class DeviceThread {
   }
 
   std::mutex mu_;
-  std::condition_variable cv_;
+  static constexpr size_t kMaxQueued = 1;  ///< waiting executions, besides the running one
+  std::condition_variable cv_, space_;
   std::deque<Job> queue_;
   std::shared_ptr<Execution> last_, unreported_;
   bool stop_ = false;
