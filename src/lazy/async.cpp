@@ -31,9 +31,13 @@ std::function<void(const std::string&)>& hook_slot() {
   return *h;
 }
 
+class DeviceThread;
+DeviceThread& device_thread();
+
 class DeviceThread {
  public:
-  ~DeviceThread() {
+  // At exit (an atexit handler): runs what is queued, then joins the thread.
+  void shutdown() {
     {
       std::lock_guard<std::mutex> lock(mu_);
       stop_ = true;
@@ -113,6 +117,10 @@ class DeviceThread {
         exec->done = true;
       }
       exec->cv.notify_all();
+      // Executions still queued at exit must run before the kernels' static state (oneDNN's,
+      // made by the first execution) is destroyed: an atexit handler registered now runs first.
+      static std::once_flag at_exit;
+      std::call_once(at_exit, [] { std::atexit([] { device_thread().shutdown(); }); });
     }
   }
 
@@ -126,8 +134,8 @@ class DeviceThread {
 };
 
 DeviceThread& device_thread() {
-  static DeviceThread t;  // joined at exit, after the queue ran
-  return t;
+  static DeviceThread* t = new DeviceThread();  // never destroyed: shut down by an atexit handler
+  return *t;
 }
 
 }  // namespace

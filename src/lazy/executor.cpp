@@ -196,10 +196,12 @@ void execute(const std::vector<std::shared_ptr<LazyTensor>>& targets, const char
 
   // Graphs with collectives run on the calling thread, as do all graphs in sync mode:
   // a collective never runs beside a host-side one (barrier, rendezvous) on another thread.
+  // So do all graphs under AXLE_CHECK_NUMERICS, a debugging mode: its error comes from
+  // the sync that ran the graph.
   const bool side_effects = std::any_of(g.nodes.begin(), g.nodes.end(), [](const Node* n) {
     return n->kind == NodeKind::Op && ops::op_def(n->op).has_side_effects;
   });
-  if (!async_enabled() || side_effects) {
+  if (!async_enabled() || side_effects || ops::checking_numerics()) {
     std::vector<Tensor> results = run_job(job);
     // ---- Phase 6: write back.
     for (size_t t = 0; t < targets.size(); ++t) {
