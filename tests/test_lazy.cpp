@@ -508,6 +508,7 @@ TEST(Async, ReadWaitsOnlyForItsProducer) {
   cv.notify_all();
   EXPECT_EQ(b.to_vector<float>(), std::vector<float>(4, 3.0f));  // waits for its producer
   EXPECT_TRUE(b_ran.load());
+  lazy::detail::set_execute_hook(nullptr);  // before mu and cv go
 }
 
 namespace {

@@ -1,6 +1,7 @@
 // The graph executor: cuts the pending IR of some tensors into a graph, finds or
 // compiles its executable, runs it and writes the results back.
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <list>
@@ -164,8 +165,14 @@ std::vector<Tensor> run_job(Job& job) {
                    ", which failed: ", err.what());
       }
     }
-    // Only this execution holds the buffer: hand it over, so it may be donated.
-    job.inputs[i] = pb.use_count() == 1 ? std::move(pb->value) : pb->value;
+    // Only this execution holds the buffer: hand it over, so it may be donated. (The
+    // fence orders the move after the last other holder's release of its reference.)
+    if (pb.use_count() == 1) {
+      std::atomic_thread_fence(std::memory_order_acquire);
+      job.inputs[i] = std::move(pb->value);
+    } else {
+      job.inputs[i] = pb->value;
+    }
     pb.reset();
   }
   if (const auto& hook = execute_hook()) [[unlikely]]
