@@ -363,8 +363,8 @@ TEST(Lazy, UpdatedParameterKeepsItsBuffer) {
   Tensor p = randn({64, 32}).to(device()), buf = zeros({64, 32}).to(device());
   Tensor g = randn({64, 32}).to(device());
   axle::sync();
-  const void* p_mem = p.impl()->lazy->buffer.data_ptr();
-  const void* b_mem = buf.impl()->lazy->buffer.data_ptr();
+  const void* p_mem = lazy::ready_buffer(*p.impl()->lazy).data_ptr();
+  const void* b_mem = lazy::ready_buffer(*buf.impl()->lazy).data_ptr();
   std::vector<float> expect = p.to_vector<float>();
   std::vector<float> gv = g.to_vector<float>();
   for (int i = 0; i < 3; ++i) {
@@ -372,8 +372,8 @@ TEST(Lazy, UpdatedParameterKeepsItsBuffer) {
     p.set_data(p - buf * 0.01);       // parameter
     axle::sync();
     // Donation: the updates were written over the old buffers, not into new memory.
-    EXPECT_EQ(p.impl()->lazy->buffer.data_ptr(), p_mem) << "step " << i;
-    EXPECT_EQ(buf.impl()->lazy->buffer.data_ptr(), b_mem) << "step " << i;
+    EXPECT_EQ(lazy::ready_buffer(*p.impl()->lazy).data_ptr(), p_mem) << "step " << i;
+    EXPECT_EQ(lazy::ready_buffer(*buf.impl()->lazy).data_ptr(), b_mem) << "step " << i;
   }
   // ... and the values are right: b1 = g, b2 = 1.9 g, b3 = 2.71 g; p -= 0.01 * (b1 + b2 + b3).
   auto got = p.to_vector<float>();
@@ -410,4 +410,140 @@ TEST(Lazy, EagerModeWithoutSyncDoesNotAccumulate) {
   const int64_t live = metrics::counter_value("CreateXlaTensor") - metrics::counter_value("DestroyXlaTensor");
   EXPECT_LT(live, 10);
   EXPECT_LT(lazy::pending_count(), size_t(10000));  // 20000 ops, the registry pruned
+}
+
+TEST(Lazy, GraphHashTellsApartWhichInputEachUseReads) {
+  // Node hashes are made at record time and cover ops, attrs and shapes, not which data
+  // node an operand is: the graph hash must still tell these apart.
+  cold_start();
+  Tensor x = full({3}, 2.0).to(device()), y = full({3}, 5.0).to(device());
+  axle::sync();
+  EXPECT_EQ(((x + y) - x).to_vector<float>()[0], 5.0f);
+  EXPECT_EQ(((x + y) - y).to_vector<float>()[0], 2.0f);  // same ops and shapes, other data use
+  EXPECT_EQ((x + x).to_vector<float>()[0], 4.0f);
+  EXPECT_EQ(metrics::counter_value("UncachedCompile"), 3);
+  EXPECT_EQ(((y + x) - y).to_vector<float>()[0], 2.0f);  // the first graph's structure: cached
+  EXPECT_EQ(metrics::counter_value("CachedCompile"), 1);
+}
+
+// ---- asynchronous execution (experimental::async_execution / AXLE_ASYNC=1)
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+
+#include "lazy/lazy_internal.h"
+
+namespace {
+// Async execution on (and a test hook set) for one test; both restored at its end.
+struct AsyncScope {
+  bool was = experimental::is_async_execution();
+  explicit AsyncScope(bool on = true) { experimental::async_execution(on); }
+  ~AsyncScope() {
+    lazy::detail::set_execute_hook(nullptr);
+    try { axle::wait_device_ops(); } catch (...) {}
+    experimental::async_execution(was);
+  }
+};
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+}  // namespace
+
+TEST(Async, ErrorReachesTheNextReadOrSyncNamingTheGraph) {
+  cold_start();
+  AsyncScope async;
+  Tensor x = full({4}, 1.0).to(device());
+  axle::sync();
+  lazy::detail::set_execute_hook([](const std::string& graph) { throw Error("injected failure in " + graph); });
+  Tensor y = x * 2.0;
+  axle::sync();  // hands the graph over and returns: the failure happens on the device thread
+  std::string e = error_of([&] { (void)y.to_vector<float>(); });
+  EXPECT_NE(e.find("graph 'step'"), std::string::npos) << e;
+  EXPECT_NE(e.find("injected failure in step"), std::string::npos) << e;
+  EXPECT_NE(error_of([&] { (void)y.to_vector<float>(); }), "(no error)");  // its data never came
+  // A failure nobody read is thrown by the next sync, before it traces on.
+  Tensor z = x * 3.0;
+  axle::sync();
+  lazy::detail::drain();  // z's execution has failed by now (drain never throws)
+  Tensor w = x + 1.0;
+  e = error_of([] { axle::sync(); });
+  EXPECT_NE(e.find("graph 'step'"), std::string::npos) << e;
+  lazy::detail::set_execute_hook(nullptr);
+  axle::sync();  // reported once; w stayed pending and runs now
+  EXPECT_EQ(w.to_vector<float>(), std::vector<float>(4, 2.0f));
+  EXPECT_NE(error_of([&] { (void)z.to_vector<float>(); }).find("injected failure"), std::string::npos);
+}
+
+TEST(Async, ReadWaitsOnlyForItsProducer) {
+  cold_start();
+  AsyncScope async;
+  Tensor x = full({4}, 1.0).to(device());
+  Tensor a = x * 2.0;
+  axle::sync();
+  axle::wait_device_ops();
+  // The next execution blocks on the device thread until the test lets it go (or 20 s pass).
+  std::mutex mu;
+  std::condition_variable cv;
+  bool release = false;
+  std::atomic<bool> b_ran{false};
+  lazy::detail::set_execute_hook([&](const std::string&) {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait_for(lock, std::chrono::seconds(20), [&] { return release; });
+    b_ran = true;
+  });
+  Tensor b = x * 3.0;
+  axle::sync();
+  // a's producer ran already: reading it must not wait for b's execution.
+  EXPECT_EQ(a.to_vector<float>(), std::vector<float>(4, 2.0f));
+  EXPECT_FALSE(b_ran.load()) << "reading a waited for b's execution";
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    release = true;
+  }
+  cv.notify_all();
+  EXPECT_EQ(b.to_vector<float>(), std::vector<float>(4, 3.0f));  // waits for its producer
+  EXPECT_TRUE(b_ran.load());
+  lazy::detail::set_execute_hook(nullptr);  // before mu and cv go
+}
+
+namespace {
+// A few SGD steps of a two-layer net; the loss of each step, read after the loop.
+std::vector<float> train_losses() {
+  manual_seed(11);
+  Tensor w1 = (randn({16, 8}) * 0.3).to(device()), w2 = (randn({3, 16}) * 0.3).to(device());
+  w1.set_requires_grad(true);
+  w2.set_requires_grad(true);
+  std::vector<Tensor> losses;
+  for (int step = 0; step < 6; ++step) {
+    Tensor x = randn({5, 8}).to(device()), t = randn({5, 3}).to(device());
+    Tensor d = matmul(relu(matmul(x, w1.t())), w2.t()) - t;
+    Tensor loss = (d * d).mean();
+    loss.backward();
+    for (Tensor* w : {&w1, &w2}) {
+      w->set_data(w->detach() - 0.1 * w->grad());
+      w->set_grad(Tensor());
+    }
+    losses.push_back(loss.detach());
+    axle::sync();
+  }
+  std::vector<float> out;
+  for (const Tensor& l : losses) out.push_back(l.item<float>());
+  return out;
+}
+}  // namespace
+
+TEST(Async, TrainingLossesMatchSyncBitForBit) {
+  cold_start();
+  std::vector<float> sync_losses = train_losses(), async_losses;
+  {
+    AsyncScope async;
+    async_losses = train_losses();
+  }
+  EXPECT_EQ(sync_losses, async_losses);
+  EXPECT_LT(sync_losses.back(), sync_losses.front());
 }

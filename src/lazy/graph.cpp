@@ -18,6 +18,32 @@ void mix_meta(uint64_t& h, const ops::Meta& m) {
 }
 }  // namespace
 
+void seal_node(Node& n) {
+  uint64_t h = 0xCBF29CE484222325ull;
+  mix(h, uint64_t(n.kind));
+  mix(h, uint64_t(n.op));
+  mix(h, n.attrs.ints.size());
+  for (int64_t v : n.attrs.ints) mix(h, uint64_t(v));
+  mix(h, n.attrs.floats.size());
+  for (double v : n.attrs.floats) {
+    uint64_t bits;
+    std::memcpy(&bits, &v, sizeof bits);
+    mix(h, bits);
+  }
+  if (n.kind == NodeKind::Constant) {
+    uint64_t bits;
+    std::memcpy(&bits, &n.scalar, sizeof bits);
+    mix(h, bits);
+  }
+  mix(h, n.operands.size());
+  for (const Value& v : n.operands) {
+    mix(h, v.node ? v.node->hash : 0);
+    mix(h, uint64_t(v.index));
+  }
+  for (const ops::Meta& m : n.outs) mix_meta(h, m);
+  n.hash = h;
+}
+
 Graph build_graph(const std::vector<Value>& roots) {
   static std::atomic<uint64_t> passes{0};
   const uint64_t pass = ++passes;
@@ -46,33 +72,18 @@ Graph build_graph(const std::vector<Value>& roots) {
   }
   for (const Value& r : roots) g.outputs.push_back({r.node->index, r.index});
 
+  // The roots' hashes cover every node's contents; what they cannot tell apart is which
+  // data node each use reads (add(x, x) vs add(x, y)): that is mixed in per data
+  // operand, by its input index (LTC's "parameter sequence").
   uint64_t h = 0xCBF29CE484222325ull;
-  for (const Node* n : g.nodes) {
-    mix(h, uint64_t(n->kind));
-    mix(h, uint64_t(n->op));
-    mix(h, n->attrs.ints.size());
-    for (int64_t v : n->attrs.ints) mix(h, uint64_t(v));
-    mix(h, n->attrs.floats.size());
-    for (double v : n->attrs.floats) {
-      uint64_t bits;
-      std::memcpy(&bits, &v, sizeof bits);
-      mix(h, bits);
-    }
-    if (n->kind == NodeKind::Constant) {
-      uint64_t bits;
-      std::memcpy(&bits, &n->scalar, sizeof bits);
-      mix(h, bits);
-    }
-    mix(h, n->operands.size());
-    for (const Value& v : n->operands) {
-      mix(h, v.node ? uint64_t(v.node->index) + 1 : 0);
-      mix(h, uint64_t(v.index));
-    }
-    for (const ops::Meta& m : n->outs) mix_meta(h, m);
-  }
-  for (auto [n, i] : g.outputs) {
-    mix(h, uint64_t(n));
-    mix(h, uint64_t(i));
+  for (const Node* n : g.nodes)
+    for (const Value& v : n->operands)
+      if (v.node && v.node->kind == NodeKind::Data) mix(h, uint64_t(v.node->index));
+  mix(h, g.outputs.size());
+  for (size_t r = 0; r < roots.size(); ++r) {
+    mix(h, roots[r].node->hash);
+    mix(h, uint64_t(roots[r].index));
+    if (roots[r].node->kind == NodeKind::Data) mix(h, uint64_t(roots[r].node->index));
   }
   g.hash = h;
   return g;

@@ -12,12 +12,15 @@ struct Graph {
   std::vector<Node*> nodes;                   ///< topological order
   std::vector<int> inputs;                    ///< node indices of Data nodes, in order of first use
   std::vector<std::pair<int, int>> outputs;   ///< (node index, output index) per root
-  uint64_t hash = 0;                          ///< structure + attrs + shapes + dtypes, never data
+  uint64_t hash = 0;                          ///< the roots' node hashes + which input each data use is; never data
   /// One node per line, `%3 = linear(%0, %1, _) : float32[128, 256]`.
   std::string text() const;
   /// Graphviz form.
   std::string dot(const std::string& name) const;
 };
+
+/// Computes `n.hash` from its contents and its operands' hashes (theirs must be set).
+void seal_node(Node& n);
 
 /// Builds the graph that computes `roots` (deduplicated by the caller).
 Graph build_graph(const std::vector<Value>& roots);

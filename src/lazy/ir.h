@@ -12,6 +12,14 @@ namespace axle::lazy {
 
 struct Node;
 using NodePtr = std::shared_ptr<Node>;
+struct Execution;
+
+/// One output of a graph dispatched to the device thread (async execution): `value` is
+/// written by the device thread before `producer` is done; read it through ready_buffer.
+struct PendingBuffer {
+  std::shared_ptr<Execution> producer;
+  Tensor value;
+};
 
 /// One output of a node. A null node stands for an absent optional input.
 struct Value {
@@ -33,12 +41,16 @@ struct Node {
   std::vector<Value> operands;
   std::vector<ops::Meta> outs;
   Tensor data;        ///< Data: the buffer, a dense cpu tensor
+  std::shared_ptr<PendingBuffer> pending;  ///< Data: the buffer, while its execution may still run
   /// Data made for a tensor: that tensor. Once it is gone, a full sync may let the
   /// graph overwrite the buffer (donation: an updated parameter reuses its memory).
   std::weak_ptr<LazyTensor> owner;
   bool has_owner = false;
   double scalar = 0;  ///< Constant: its value
   std::string label;  ///< Data: what this input is, for AXLE_DEBUG ("parameter fc1.weight", ...)
+  /// Kind, op, attrs, output metas, constant value and the operands' hashes: computed
+  /// once when the node is made (seal_node), so cutting a graph never rehashes its nodes.
+  uint64_t hash = 0;
   /// build_graph's scratch: the pass that last visited this node, and the node's index in
   /// that pass's graph (faster than a hash map on every cut; graphs are cut on one thread).
   uint64_t visit = 0;
@@ -51,10 +63,17 @@ struct LazyTensor {
   ~LazyTensor();  ///< counts DestroyXlaTensor
   Value ir;           ///< pending computation; null once materialised
   Tensor buffer;      ///< device data: a dense cpu tensor (contiguous, or e.g. channels-last)
+  /// Async execution: the buffer an execution still running will write (then `buffer`
+  /// is empty until ready_buffer collects it).
+  std::shared_ptr<PendingBuffer> pending;
   NodePtr data_node;  ///< the Data node that stands for `buffer` in graphs
   std::string label;  ///< what this tensor is, for explanations (see set_label)
   int label_rank = 0; ///< a LabelRank: a label replaces only one of equal or lower rank
 };
+
+/// The tensor's device data: waits for the execution that produces it (only that one)
+/// if it is still running; throws that execution's error, naming its graph.
+const Tensor& ready_buffer(LazyTensor& lt);
 
 /// How much a label says about a tensor: a parameter's name outranks "argument k of a
 /// compiled function", which outranks where the data came from ("copied from cpu").
