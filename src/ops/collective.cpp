@@ -8,6 +8,8 @@
 #include "axle/ops.h"
 #include "backend/cpu/loops.h"
 #include "dist/dist_internal.h"
+#include "backend/cpu/kernels/kernels.h"
+#include "backend/kernels.h"
 #include "ops/op.h"
 
 namespace axle::ops {
@@ -167,16 +169,27 @@ Tensors broadcast_vjp(const VjpArgs& v) {
 
 }  // namespace
 
-AXLE_REGISTER_OP(AllReduce, {.infer = all_reduce_infer, .cpu = all_reduce_cpu, .vjp = all_reduce_vjp,
-                             .has_side_effects = true});
-AXLE_REGISTER_OP(AllGather, {.infer = all_gather_infer, .cpu = all_gather_cpu, .vjp = all_gather_vjp,
-                             .has_side_effects = true});
-AXLE_REGISTER_OP(ReduceScatter, {.infer = reduce_scatter_infer, .cpu = reduce_scatter_cpu,
-                                 .vjp = reduce_scatter_vjp, .has_side_effects = true});
-AXLE_REGISTER_OP(Broadcast, {.infer = broadcast_infer, .cpu = broadcast_cpu, .vjp = broadcast_vjp,
-                             .has_side_effects = true});
+void register_collective_ops() {
+  register_op(OpKind::AllReduce, {.infer = all_reduce_infer, .vjp = all_reduce_vjp, .has_side_effects = true});
+  register_op(OpKind::AllGather, {.infer = all_gather_infer, .vjp = all_gather_vjp, .has_side_effects = true});
+  register_op(OpKind::ReduceScatter, {.infer = reduce_scatter_infer, .vjp = reduce_scatter_vjp, .has_side_effects = true});
+  register_op(OpKind::Broadcast, {.infer = broadcast_infer, .vjp = broadcast_vjp, .has_side_effects = true});
+}
 
 }  // namespace axle::ops
+
+namespace axle::cpu {
+using namespace axle::ops;
+
+void register_cpu_collective_kernels() {
+  auto reg = [](OpKind k, backend::KernelFn f) { backend::register_kernel(DeviceType::CPU, k, f); };
+  reg(OpKind::AllReduce, all_reduce_cpu);
+  reg(OpKind::AllGather, all_gather_cpu);
+  reg(OpKind::ReduceScatter, reduce_scatter_cpu);
+  reg(OpKind::Broadcast, broadcast_cpu);
+}
+
+}  // namespace axle::cpu
 
 // ---- the tensor-level API (axle/dist.h) ----
 namespace axle::dist {

@@ -20,6 +20,8 @@
 #include "axle/ops.h"
 #include "backend/cpu/dnnl.h"
 #include "backend/cpu/loops.h"
+#include "backend/cpu/kernels/kernels.h"
+#include "backend/kernels.h"
 #include "ops/op.h"
 
 namespace axle::ops {
@@ -338,11 +340,25 @@ Tensors conv_bwd_weight_cpu(const Tensors& in, const Attrs& a, const std::vector
 
 }  // namespace
 
-AXLE_REGISTER_OP(Conv2d, {.infer = conv_infer, .cpu = conv_cpu, .vjp = conv_vjp});
-AXLE_REGISTER_OP(Conv2dBackwardInput, {.infer = conv_bwd_input_infer, .cpu = conv_bwd_input_cpu});
-AXLE_REGISTER_OP(Conv2dBackwardWeight, {.infer = conv_bwd_weight_infer, .cpu = conv_bwd_weight_cpu});
+void register_conv_ops() {
+  register_op(OpKind::Conv2d, {.infer = conv_infer, .vjp = conv_vjp});
+  register_op(OpKind::Conv2dBackwardInput, {.infer = conv_bwd_input_infer});
+  register_op(OpKind::Conv2dBackwardWeight, {.infer = conv_bwd_weight_infer});
+}
 
 }  // namespace axle::ops
+
+namespace axle::cpu {
+using namespace axle::ops;
+
+void register_cpu_conv_kernels() {
+  auto reg = [](OpKind k, backend::KernelFn f) { backend::register_kernel(DeviceType::CPU, k, f); };
+  reg(OpKind::Conv2d, conv_cpu);
+  reg(OpKind::Conv2dBackwardInput, conv_bwd_input_cpu);
+  reg(OpKind::Conv2dBackwardWeight, conv_bwd_weight_cpu);
+}
+
+}  // namespace axle::cpu
 
 namespace axle {
 

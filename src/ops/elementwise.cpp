@@ -4,6 +4,8 @@
 
 #include "axle/ops.h"
 #include "backend/cpu/loops.h"
+#include "backend/cpu/kernels/kernels.h"
+#include "backend/kernels.h"
 #include "ops/op.h"
 
 namespace axle::ops {
@@ -376,40 +378,80 @@ void elementwise_raw(OpKind k, DType ct, char** p, const int64_t* s, int64_t n) 
   }
 }
 
-#define AXLE_UNARY(K, VJP) AXLE_REGISTER_OP(K, {.infer = unary_infer<OpKind::K>, .cpu = unary_cpu<OpKind::K>, .vjp = VJP})
-AXLE_UNARY(Neg, vjp_neg);
-AXLE_UNARY(Exp, vjp_exp);
-AXLE_UNARY(Log, vjp_log);
-AXLE_UNARY(Sqrt, vjp_sqrt);
-AXLE_UNARY(Rsqrt, vjp_rsqrt);
-AXLE_UNARY(Abs, vjp_abs);
-AXLE_UNARY(Relu, vjp_relu);
-AXLE_UNARY(Gelu, vjp_gelu);
-AXLE_UNARY(Sigmoid, vjp_sigmoid);
-AXLE_UNARY(Tanh, vjp_tanh);
+void register_elementwise_ops() {
+#define AXLE_UNARY(K, VJP) register_op(OpKind::K, {.infer = unary_infer<OpKind::K>, .vjp = VJP})
+  AXLE_UNARY(Neg, vjp_neg);
+  AXLE_UNARY(Exp, vjp_exp);
+  AXLE_UNARY(Log, vjp_log);
+  AXLE_UNARY(Sqrt, vjp_sqrt);
+  AXLE_UNARY(Rsqrt, vjp_rsqrt);
+  AXLE_UNARY(Abs, vjp_abs);
+  AXLE_UNARY(Relu, vjp_relu);
+  AXLE_UNARY(Gelu, vjp_gelu);
+  AXLE_UNARY(Sigmoid, vjp_sigmoid);
+  AXLE_UNARY(Tanh, vjp_tanh);
 #undef AXLE_UNARY
-AXLE_REGISTER_OP(Cast, {.infer = cast_infer, .cpu = cast_cpu_op, .vjp = vjp_cast});
-AXLE_REGISTER_OP(Copy, {.infer = copy_infer, .cpu = copy_cpu, .vjp = vjp_copy});
-#define AXLE_BINARY(K, VJP) AXLE_REGISTER_OP(K, {.infer = binary_infer<OpKind::K>, .cpu = binary_cpu<OpKind::K>, .vjp = VJP})
-AXLE_BINARY(Add, vjp_add);
-AXLE_BINARY(Sub, vjp_sub);
-AXLE_BINARY(Mul, vjp_mul);
-AXLE_BINARY(Div, vjp_div);
-AXLE_BINARY(Pow, vjp_pow);
-AXLE_BINARY(Maximum, vjp_maximum);
-AXLE_BINARY(Minimum, vjp_minimum);
-AXLE_BINARY(GeluBackward, nullptr);
-AXLE_BINARY(ReluBackward, nullptr);
-AXLE_BINARY(Eq, nullptr);
-AXLE_BINARY(Ne, nullptr);
-AXLE_BINARY(Lt, nullptr);
-AXLE_BINARY(Le, nullptr);
-AXLE_BINARY(Gt, nullptr);
-AXLE_BINARY(Ge, nullptr);
+  register_op(OpKind::Cast, {.infer = cast_infer, .vjp = vjp_cast});
+  register_op(OpKind::Copy, {.infer = copy_infer, .vjp = vjp_copy});
+#define AXLE_BINARY(K, VJP) register_op(OpKind::K, {.infer = binary_infer<OpKind::K>, .vjp = VJP})
+  AXLE_BINARY(Add, vjp_add);
+  AXLE_BINARY(Sub, vjp_sub);
+  AXLE_BINARY(Mul, vjp_mul);
+  AXLE_BINARY(Div, vjp_div);
+  AXLE_BINARY(Pow, vjp_pow);
+  AXLE_BINARY(Maximum, vjp_maximum);
+  AXLE_BINARY(Minimum, vjp_minimum);
+  AXLE_BINARY(GeluBackward, nullptr);
+  AXLE_BINARY(ReluBackward, nullptr);
+  AXLE_BINARY(Eq, nullptr);
+  AXLE_BINARY(Ne, nullptr);
+  AXLE_BINARY(Lt, nullptr);
+  AXLE_BINARY(Le, nullptr);
+  AXLE_BINARY(Gt, nullptr);
+  AXLE_BINARY(Ge, nullptr);
 #undef AXLE_BINARY
-AXLE_REGISTER_OP(Where, {.infer = where_infer, .cpu = where_cpu, .vjp = vjp_where});
+  register_op(OpKind::Where, {.infer = where_infer, .vjp = vjp_where});
+}
 
 }  // namespace axle::ops
+
+namespace axle::cpu {
+using namespace axle::ops;
+
+void register_cpu_elementwise_kernels() {
+  auto reg = [](OpKind k, backend::KernelFn f) { backend::register_kernel(DeviceType::CPU, k, f); };
+  reg(OpKind::Neg, unary_cpu<OpKind::Neg>);
+  reg(OpKind::Exp, unary_cpu<OpKind::Exp>);
+  reg(OpKind::Log, unary_cpu<OpKind::Log>);
+  reg(OpKind::Sqrt, unary_cpu<OpKind::Sqrt>);
+  reg(OpKind::Rsqrt, unary_cpu<OpKind::Rsqrt>);
+  reg(OpKind::Abs, unary_cpu<OpKind::Abs>);
+  reg(OpKind::Relu, unary_cpu<OpKind::Relu>);
+  reg(OpKind::Gelu, unary_cpu<OpKind::Gelu>);
+  reg(OpKind::Sigmoid, unary_cpu<OpKind::Sigmoid>);
+  reg(OpKind::Tanh, unary_cpu<OpKind::Tanh>);
+  reg(OpKind::Cast, cast_cpu_op);
+  reg(OpKind::Copy, copy_cpu);
+  reg(OpKind::Add, binary_cpu<OpKind::Add>);
+  reg(OpKind::Sub, binary_cpu<OpKind::Sub>);
+  reg(OpKind::Mul, binary_cpu<OpKind::Mul>);
+  reg(OpKind::Div, binary_cpu<OpKind::Div>);
+  reg(OpKind::Pow, binary_cpu<OpKind::Pow>);
+  reg(OpKind::Maximum, binary_cpu<OpKind::Maximum>);
+  reg(OpKind::Minimum, binary_cpu<OpKind::Minimum>);
+  reg(OpKind::GeluBackward, binary_cpu<OpKind::GeluBackward>);
+  reg(OpKind::ReluBackward, binary_cpu<OpKind::ReluBackward>);
+  reg(OpKind::Eq, binary_cpu<OpKind::Eq>);
+  reg(OpKind::Ne, binary_cpu<OpKind::Ne>);
+  reg(OpKind::Lt, binary_cpu<OpKind::Lt>);
+  reg(OpKind::Le, binary_cpu<OpKind::Le>);
+  reg(OpKind::Gt, binary_cpu<OpKind::Gt>);
+  reg(OpKind::Ge, binary_cpu<OpKind::Ge>);
+  reg(OpKind::Where, where_cpu);
+}
+
+}  // namespace axle::cpu
+
 
 // ------------------------------------------------------------------ public API
 namespace axle {

@@ -22,6 +22,8 @@
 #include <algorithm>
 
 #include "backend/cpu/loops.h"
+#include "backend/cpu/kernels/kernels.h"
+#include "backend/kernels.h"
 #include "ops/op.h"
 
 namespace axle::ops {
@@ -372,7 +374,20 @@ std::vector<std::pair<int64_t, int64_t>> fused_donation_candidates(const Attrs& 
   return out;
 }
 
-AXLE_REGISTER_OP(FusedElementwise, {.infer = fused_infer, .cpu = fused_cpu, .vjp = nullptr});
-AXLE_REGISTER_OP(FusedSum, {.infer = fused_sum_infer, .cpu = fused_sum_cpu, .vjp = nullptr});
+void register_fused_ops() {
+  register_op(OpKind::FusedElementwise, {.infer = fused_infer, .vjp = nullptr});
+  register_op(OpKind::FusedSum, {.infer = fused_sum_infer, .vjp = nullptr});
+}
 
 }  // namespace axle::ops
+
+namespace axle::cpu {
+using namespace axle::ops;
+
+void register_cpu_fused_kernels() {
+  auto reg = [](OpKind k, backend::KernelFn f) { backend::register_kernel(DeviceType::CPU, k, f); };
+  reg(OpKind::FusedElementwise, fused_cpu);
+  reg(OpKind::FusedSum, fused_sum_cpu);
+}
+
+}  // namespace axle::cpu

@@ -5,6 +5,8 @@
 
 #include "axle/ops.h"
 #include "backend/cpu/loops.h"
+#include "backend/cpu/kernels/kernels.h"
+#include "backend/kernels.h"
 #include "ops/op.h"
 
 namespace axle::ops {
@@ -353,13 +355,29 @@ Tensors scatter_add_cpu(const Tensors& in, const Attrs& a, const std::vector<Met
 
 }  // namespace
 
-AXLE_REGISTER_OP(Cat, {.infer = cat_infer, .cpu = cat_cpu, .vjp = cat_vjp});
-AXLE_REGISTER_OP(IndexSelect, {.infer = index_select_infer, .cpu = index_select_cpu, .vjp = index_select_vjp});
-AXLE_REGISTER_OP(IndexAdd, {.infer = index_add_infer, .cpu = index_add_cpu});
-AXLE_REGISTER_OP(Gather, {.infer = gather_infer, .cpu = gather_cpu, .vjp = gather_vjp});
-AXLE_REGISTER_OP(ScatterAdd, {.infer = scatter_add_infer, .cpu = scatter_add_cpu});
+void register_index_ops() {
+  register_op(OpKind::Cat, {.infer = cat_infer, .vjp = cat_vjp});
+  register_op(OpKind::IndexSelect, {.infer = index_select_infer, .vjp = index_select_vjp});
+  register_op(OpKind::IndexAdd, {.infer = index_add_infer});
+  register_op(OpKind::Gather, {.infer = gather_infer, .vjp = gather_vjp});
+  register_op(OpKind::ScatterAdd, {.infer = scatter_add_infer});
+}
 
 }  // namespace axle::ops
+
+namespace axle::cpu {
+using namespace axle::ops;
+
+void register_cpu_index_kernels() {
+  auto reg = [](OpKind k, backend::KernelFn f) { backend::register_kernel(DeviceType::CPU, k, f); };
+  reg(OpKind::Cat, cat_cpu);
+  reg(OpKind::IndexSelect, index_select_cpu);
+  reg(OpKind::IndexAdd, index_add_cpu);
+  reg(OpKind::Gather, gather_cpu);
+  reg(OpKind::ScatterAdd, scatter_add_cpu);
+}
+
+}  // namespace axle::cpu
 
 // ------------------------------------------------------------------ public API
 namespace axle {

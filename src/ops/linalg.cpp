@@ -7,6 +7,8 @@
 #include "axle/ops.h"
 #include "backend/cpu/dnnl.h"
 #include "backend/cpu/loops.h"
+#include "backend/cpu/kernels/kernels.h"
+#include "backend/kernels.h"
 #include "ops/op.h"
 
 namespace axle::ops {
@@ -302,10 +304,23 @@ Tensors linear_vjp(const VjpArgs& v) {
 
 }  // namespace
 
-AXLE_REGISTER_OP(Matmul, {.infer = matmul_infer, .cpu = matmul_cpu, .vjp = matmul_vjp});
-AXLE_REGISTER_OP(Linear, {.infer = linear_infer, .cpu = linear_cpu, .vjp = linear_vjp});
+void register_linalg_ops() {
+  register_op(OpKind::Matmul, {.infer = matmul_infer, .vjp = matmul_vjp});
+  register_op(OpKind::Linear, {.infer = linear_infer, .vjp = linear_vjp});
+}
 
 }  // namespace axle::ops
+
+namespace axle::cpu {
+using namespace axle::ops;
+
+void register_cpu_linalg_kernels() {
+  auto reg = [](OpKind k, backend::KernelFn f) { backend::register_kernel(DeviceType::CPU, k, f); };
+  reg(OpKind::Matmul, matmul_cpu);
+  reg(OpKind::Linear, linear_cpu);
+}
+
+}  // namespace axle::cpu
 
 namespace axle {
 

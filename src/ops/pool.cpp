@@ -13,6 +13,8 @@
 #include "axle/ops.h"
 #include "backend/cpu/dnnl.h"
 #include "backend/cpu/loops.h"
+#include "backend/cpu/kernels/kernels.h"
+#include "backend/kernels.h"
 #include "ops/op.h"
 
 namespace axle::ops {
@@ -396,7 +398,7 @@ Tensor pool_backward(const Tensor& gy_in, const Tensor& ws, const Shape& xs, con
   }
   if (masked) {  // any other kernel: the plain gradient, then the relu backward mask from x
     Tensor plain = pool_backward(gy, ws, xs, c, op);
-    return op_def(OpKind::ReluBackward).cpu({plain, x}, {}, {{xs, kFloat32}})[0];
+    return backend::kernel(DeviceType::CPU, OpKind::ReluBackward)({plain, x}, {}, {{xs, kFloat32}})[0];
   }
   if (gy.numel() == 0) {
     std::fill(gx.data<float>(), gx.data<float>() + gx.numel(), 0.0f);
@@ -604,14 +606,31 @@ Tensors adaptive_bwd_cpu(const Tensors& in, const Attrs& a, const std::vector<Me
 
 }  // namespace
 
-AXLE_REGISTER_OP(MaxPool2d, {.infer = max_infer, .cpu = max_cpu, .vjp = max_vjp});
-AXLE_REGISTER_OP(MaxPool2dBackward, {.infer = max_bwd_infer, .cpu = max_bwd_cpu});
-AXLE_REGISTER_OP(AvgPool2d, {.infer = avg_infer, .cpu = avg_cpu, .vjp = avg_vjp});
-AXLE_REGISTER_OP(AvgPool2dBackward, {.infer = avg_bwd_infer, .cpu = avg_bwd_cpu});
-AXLE_REGISTER_OP(AdaptiveAvgPool2d, {.infer = adaptive_infer, .cpu = adaptive_cpu, .vjp = adaptive_vjp});
-AXLE_REGISTER_OP(AdaptiveAvgPool2dBackward, {.infer = adaptive_bwd_infer, .cpu = adaptive_bwd_cpu});
+void register_pool_ops() {
+  register_op(OpKind::MaxPool2d, {.infer = max_infer, .vjp = max_vjp});
+  register_op(OpKind::MaxPool2dBackward, {.infer = max_bwd_infer});
+  register_op(OpKind::AvgPool2d, {.infer = avg_infer, .vjp = avg_vjp});
+  register_op(OpKind::AvgPool2dBackward, {.infer = avg_bwd_infer});
+  register_op(OpKind::AdaptiveAvgPool2d, {.infer = adaptive_infer, .vjp = adaptive_vjp});
+  register_op(OpKind::AdaptiveAvgPool2dBackward, {.infer = adaptive_bwd_infer});
+}
 
 }  // namespace axle::ops
+
+namespace axle::cpu {
+using namespace axle::ops;
+
+void register_cpu_pool_kernels() {
+  auto reg = [](OpKind k, backend::KernelFn f) { backend::register_kernel(DeviceType::CPU, k, f); };
+  reg(OpKind::MaxPool2d, max_cpu);
+  reg(OpKind::MaxPool2dBackward, max_bwd_cpu);
+  reg(OpKind::AvgPool2d, avg_cpu);
+  reg(OpKind::AvgPool2dBackward, avg_bwd_cpu);
+  reg(OpKind::AdaptiveAvgPool2d, adaptive_cpu);
+  reg(OpKind::AdaptiveAvgPool2dBackward, adaptive_bwd_cpu);
+}
+
+}  // namespace axle::cpu
 
 namespace axle {
 namespace {

@@ -13,6 +13,8 @@
 #include "axle/autograd.h"
 #include "axle/ops.h"
 #include "backend/cpu/loops.h"
+#include "backend/cpu/kernels/kernels.h"
+#include "backend/kernels.h"
 #include "ops/op.h"
 
 // Float compares/selects in the SIMD loops below only if-convert (vectorize) without
@@ -791,21 +793,41 @@ Shape reduced_shape(const Shape& s, const std::vector<bool>& m, bool keepdim) {
   return out;
 }
 
-AXLE_REGISTER_OP(Sum, {.infer = reduce_infer<RK::Sum>, .cpu = reduce_cpu<RK::Sum>, .vjp = sum_vjp});
-AXLE_REGISTER_OP(Amax, {.infer = reduce_infer<RK::Max>, .cpu = reduce_cpu<RK::Max>, .vjp = minmax_vjp});
-AXLE_REGISTER_OP(Amin, {.infer = reduce_infer<RK::Min>, .cpu = reduce_cpu<RK::Min>, .vjp = minmax_vjp});
-AXLE_REGISTER_OP(Argmax, {.infer = arg_infer<true>, .cpu = arg_cpu<true>, .vjp = nullptr});
-AXLE_REGISTER_OP(Argmin, {.infer = arg_infer<false>, .cpu = arg_cpu<false>, .vjp = nullptr});
-AXLE_REGISTER_OP(Softmax, {.infer = softmax_infer<false>, .cpu = softmax_cpu<false>, .vjp = softmax_vjp<false>});
-AXLE_REGISTER_OP(LogSoftmax, {.infer = softmax_infer<true>, .cpu = softmax_cpu<true>, .vjp = softmax_vjp<true>});
-AXLE_REGISTER_OP(SoftmaxBackward,
-                 {.infer = softmax_bwd_infer<false>, .cpu = softmax_bwd_cpu<false>});
-AXLE_REGISTER_OP(LogSoftmaxBackward,
-                 {.infer = softmax_bwd_infer<true>, .cpu = softmax_bwd_cpu<true>});
-AXLE_REGISTER_OP(NllLoss, {.infer = nll_infer, .cpu = nll_cpu, .vjp = nll_vjp});
-AXLE_REGISTER_OP(NllLossBackward, {.infer = nll_bwd_infer, .cpu = nll_bwd_cpu});
+void register_reduce_ops() {
+  register_op(OpKind::Sum, {.infer = reduce_infer<RK::Sum>, .vjp = sum_vjp});
+  register_op(OpKind::Amax, {.infer = reduce_infer<RK::Max>, .vjp = minmax_vjp});
+  register_op(OpKind::Amin, {.infer = reduce_infer<RK::Min>, .vjp = minmax_vjp});
+  register_op(OpKind::Argmax, {.infer = arg_infer<true>, .vjp = nullptr});
+  register_op(OpKind::Argmin, {.infer = arg_infer<false>, .vjp = nullptr});
+  register_op(OpKind::Softmax, {.infer = softmax_infer<false>, .vjp = softmax_vjp<false>});
+  register_op(OpKind::LogSoftmax, {.infer = softmax_infer<true>, .vjp = softmax_vjp<true>});
+  register_op(OpKind::SoftmaxBackward, {.infer = softmax_bwd_infer<false>});
+  register_op(OpKind::LogSoftmaxBackward, {.infer = softmax_bwd_infer<true>});
+  register_op(OpKind::NllLoss, {.infer = nll_infer, .vjp = nll_vjp});
+  register_op(OpKind::NllLossBackward, {.infer = nll_bwd_infer});
+}
 
 }  // namespace axle::ops
+
+namespace axle::cpu {
+using namespace axle::ops;
+
+void register_cpu_reduce_kernels() {
+  auto reg = [](OpKind k, backend::KernelFn f) { backend::register_kernel(DeviceType::CPU, k, f); };
+  reg(OpKind::Sum, reduce_cpu<RK::Sum>);
+  reg(OpKind::Amax, reduce_cpu<RK::Max>);
+  reg(OpKind::Amin, reduce_cpu<RK::Min>);
+  reg(OpKind::Argmax, arg_cpu<true>);
+  reg(OpKind::Argmin, arg_cpu<false>);
+  reg(OpKind::Softmax, softmax_cpu<false>);
+  reg(OpKind::LogSoftmax, softmax_cpu<true>);
+  reg(OpKind::SoftmaxBackward, softmax_bwd_cpu<false>);
+  reg(OpKind::LogSoftmaxBackward, softmax_bwd_cpu<true>);
+  reg(OpKind::NllLoss, nll_cpu);
+  reg(OpKind::NllLossBackward, nll_bwd_cpu);
+}
+
+}  // namespace axle::cpu
 
 // ------------------------------------------------------------------ public API
 namespace axle {

@@ -5,6 +5,8 @@
 
 #include "axle/ops.h"
 #include "backend/cpu/loops.h"
+#include "backend/cpu/kernels/kernels.h"
+#include "backend/kernels.h"
 #include "ops/op.h"
 
 namespace axle::ops {
@@ -165,11 +167,13 @@ Tensors slice_backward_cpu(const Tensors& in, const Attrs& a, const std::vector<
 
 }  // namespace
 
-AXLE_REGISTER_OP(Reshape, {.infer = reshape_infer, .cpu = reshape_cpu, .vjp = reshape_vjp});
-AXLE_REGISTER_OP(Permute, {.infer = permute_infer, .cpu = permute_cpu, .vjp = permute_vjp});
-AXLE_REGISTER_OP(Expand, {.infer = expand_infer, .cpu = expand_cpu, .vjp = expand_vjp});
-AXLE_REGISTER_OP(Slice, {.infer = slice_infer, .cpu = slice_cpu, .vjp = slice_vjp});
-AXLE_REGISTER_OP(SliceBackward, {.infer = slice_backward_infer, .cpu = slice_backward_cpu});
+void register_shape_ops() {
+  register_op(OpKind::Reshape, {.infer = reshape_infer, .vjp = reshape_vjp});
+  register_op(OpKind::Permute, {.infer = permute_infer, .vjp = permute_vjp});
+  register_op(OpKind::Expand, {.infer = expand_infer, .vjp = expand_vjp});
+  register_op(OpKind::Slice, {.infer = slice_infer, .vjp = slice_vjp});
+  register_op(OpKind::SliceBackward, {.infer = slice_backward_infer});
+}
 
 bool can_view(const Tensor& x, const Shape& shape) {
   return view_strides(x.shape(), x.strides(), shape).has_value();
@@ -177,6 +181,20 @@ bool can_view(const Tensor& x, const Shape& shape) {
 Shape resolve(const Shape& shape, int64_t numel, const char* op) { return resolve_shape(shape, numel, op); }
 
 }  // namespace axle::ops
+
+namespace axle::cpu {
+using namespace axle::ops;
+
+void register_cpu_shape_kernels() {
+  auto reg = [](OpKind k, backend::KernelFn f) { backend::register_kernel(DeviceType::CPU, k, f); };
+  reg(OpKind::Reshape, reshape_cpu);
+  reg(OpKind::Permute, permute_cpu);
+  reg(OpKind::Expand, expand_cpu);
+  reg(OpKind::Slice, slice_cpu);
+  reg(OpKind::SliceBackward, slice_backward_cpu);
+}
+
+}  // namespace axle::cpu
 
 namespace axle {
 using ops::call1;
