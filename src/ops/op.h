@@ -97,9 +97,6 @@ Shape reduced_shape(const Shape& s, const std::vector<bool>& m, bool keepdim);
 bool is_elementwise(OpKind k);
 /// The dtype an elementwise op computes in, given its operand dtypes.
 DType elementwise_compute_dtype(OpKind k, const std::vector<DType>& in);
-/// Runs elementwise op `k` (not Cast) on one run of n elements: p[0] = out, p[1..] = operands
-/// (already in `compute` dtype), s = byte strides (0 broadcasts).
-void elementwise_raw(OpKind k, DType compute, char** p, const int64_t* s, int64_t n);
 /// FusedElementwise: every (output k, input j) pair where output k may safely be written
 /// over input j (same dtype and size, input not read after k is produced).
 std::vector<std::pair<int64_t, int64_t>> fused_donation_candidates(const Attrs& a);

@@ -1,8 +1,13 @@
 // The cpu backend's kernel registration: one function per op family
 // (src/backend/cpu/kernels/<family>.cpp), all called by register_cpu_kernels().
 #pragma once
+#include "ops/op.h"
 
 namespace axle::cpu {
+
+/// Runs elementwise op `k` (not Cast) on one run of n elements: p[0] = out, p[1..] = operands
+/// (already in `compute` dtype), s = byte strides (0 broadcasts).
+void elementwise_raw(ops::OpKind k, DType compute, char** p, const int64_t* s, int64_t n);
 
 /// Registers every cpu kernel with backend::register_kernel (called once, from
 /// backend::ensure_registered).
