@@ -4,7 +4,6 @@
 
 #include <atomic>
 #include <cstdlib>
-#include <future>
 
 #include "axle/axle.h"
 #include "axle/runtime.h"
@@ -68,10 +67,6 @@ class CountingBackend final : public backend::Backend {
     ++runs;
     return inner_.run(ex, std::move(in));
   }
-  std::future<std::vector<Tensor>> run_async(backend::ExecutablePtr ex, std::vector<Tensor> in) override {
-    ++runs;
-    return inner_.run_async(std::move(ex), std::move(in));
-  }
 
  private:
   backend::Backend& inner_;
@@ -134,55 +129,6 @@ TEST(Backend, LazyDeviceReachesTheHardwareOnlyThroughTheInterface) {
   }
   // Restored: the cpu backend serves xla again.
   EXPECT_STREQ(backend::backend_for(device()).name(), "cpu");
-}
-
-TEST(Backend, RunAsyncMatchesRunInOrder) {
-  backend::Backend& be = backend::backend_for(kCPU);
-  Tensor a = randn({32, 32}).to(device());
-  Tensor y = sum(mul(tanh(a), a));
-  Traced t = trace({y});
-  be.pipeline().run(t.program);
-  backend::ExecutablePtr ex = be.lower(t.program, Device("xla:0"));
-  EXPECT_EQ(ex->device(), Device("xla:0"));
-  const std::vector<Tensor> sync_out = be.run(*ex, t.inputs);
-  std::vector<std::future<std::vector<Tensor>>> futures;
-  for (int k = 0; k < 4; ++k) futures.push_back(be.run_async(ex, t.inputs));
-  for (auto& f : futures) {
-    std::vector<Tensor> out = f.get();
-    ASSERT_EQ(out.size(), 1u);
-    EXPECT_EQ(out[0].item(), sync_out[0].item());
-  }
-  axle::sync();
-}
-
-TEST(Backend, RunAsyncCarriesTheExecutionsErrorToTheFuture) {
-  backend::Backend& be = backend::backend_for(kCPU);
-  Tensor x = randn({4, 3}).to(device());
-  Tensor idx = from_vector(std::vector<int64_t>{3, 0}, {2}).to(device());
-  Tensor y = index_select(x, 0, idx);
-  Traced t = trace({y});
-  be.pipeline().run(t.program);
-  backend::ExecutablePtr ex = be.lower(t.program, device());
-  // The same executable on an index out of range: the kernel's error reaches the future.
-  std::vector<Tensor> bad = t.inputs;
-  int replaced = 0;
-  for (Tensor& in : bad)
-    if (in.dtype() == kInt64) {
-      in = from_vector(std::vector<int64_t>{1, 7}, {2});
-      ++replaced;
-    }
-  ASSERT_EQ(replaced, 1);
-  std::future<std::vector<Tensor>> f = be.run_async(ex, bad);
-  try {
-    f.get();
-    ADD_FAILURE() << "expected the out-of-range index to throw";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("expected index values in [0, 4), got 7"), std::string::npos) << e.what();
-  }
-  // The queue still runs after a failed execution.
-  EXPECT_EQ(be.run_async(ex, t.inputs).get()[0].to_vector<float>(),
-            index_select(x.cpu(), 0, idx.cpu()).to_vector<float>());
-  axle::sync();
 }
 
 TEST(MemoryInfo, CpuCountsEachAllocationOnceNotItsViews) {

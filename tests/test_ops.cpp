@@ -37,6 +37,7 @@
 #include "axle/runtime.h"
 #include "backend/backend.h"
 #include "backend/cpu/loops.h"
+#include "ops/kernels.h"
 #include "compiler/program.h"
 #include "lazy/graph.h"
 #include "op_reference.h"
@@ -935,6 +936,46 @@ TEST(OpTable, GradientsAsDocumented) {
     EXPECT_EQ(ops::op_def(k).vjp == nullptr, no_vjp.count(ops::op_name(k)) > 0)
         << ops::op_name(k) << (ops::op_def(k).vjp ? " has a vjp" : " has no vjp");
   }
+}
+
+// Every op has a shape rule and a cpu kernel, found through the op table and the kernel
+// registry (both filled by explicit calls on first use, never by static initialisers). The
+// xla device type has no kernels (its ops are recorded into graphs).
+TEST(OpTable, EveryOpHasAShapeRuleAndACpuKernel) {
+  for (size_t i = 0; i < size_t(ops::OpKind::kNumOps); ++i) {
+    const auto k = ops::OpKind(i);
+    EXPECT_NE(ops::op_def(k).infer, nullptr) << ops::op_name(k) << " has no shape rule";
+    EXPECT_TRUE(ops::supports(DeviceType::CPU, k)) << ops::op_name(k) << " has no cpu kernel";
+    EXPECT_NE(ops::kernel(DeviceType::CPU, k), nullptr) << ops::op_name(k);
+    EXPECT_FALSE(ops::supports(DeviceType::XLA, k)) << ops::op_name(k) << " has an xla kernel";
+  }
+}
+
+// Asking for a kernel a device type does not have throws, naming the op and the device type.
+TEST(KernelRegistry, MissingKernelNamesTheOpAndTheDevice) {
+  try {
+    ops::kernel(DeviceType::XLA, ops::OpKind::MaxPool2d);
+    FAIL() << "expected an axle::Error";
+  } catch (const axle::Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("[max_pool2d]"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("no kernel registered"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("xla"), std::string::npos) << msg;
+  }
+}
+
+// A registered kernel is what supports() reports and kernel() returns; registering null
+// takes it away again.
+TEST(KernelRegistry, RegisterThenLookUp) {
+  const ops::OpKind k = ops::OpKind::Relu;
+  ASSERT_FALSE(ops::supports(DeviceType::XLA, k));
+  const ops::KernelFn cpu_relu = ops::kernel(DeviceType::CPU, k);
+  ops::register_kernel(DeviceType::XLA, k, cpu_relu);
+  EXPECT_TRUE(ops::supports(DeviceType::XLA, k));
+  EXPECT_EQ(ops::kernel(DeviceType::XLA, k), cpu_relu);
+  ops::register_kernel(DeviceType::XLA, k, nullptr);
+  EXPECT_FALSE(ops::supports(DeviceType::XLA, k));
+  EXPECT_THROW(ops::kernel(DeviceType::XLA, k), axle::Error);
 }
 
 

@@ -7,7 +7,6 @@
 // use of backend_for), never by static initialisers, so registration works however axle
 // is linked. See docs/architecture.md ("The backend seam") for where a CUDA backend plugs in.
 #pragma once
-#include <future>
 #include <memory>
 #include <vector>
 
@@ -64,11 +63,9 @@ class Backend {
   /// returns one buffer per program output. Inputs that nothing else holds may be
   /// overwritten (donated).
   virtual std::vector<Tensor> run(const Executable& ex, std::vector<Tensor> inputs) = 0;
-  /// As run, on the device's execution queue: executions run one at a time per backend,
-  /// in submission order, while the caller goes on. The future holds the results, or
-  /// the exception the execution threw. The queued execution holds `ex` and `inputs`
-  /// until it ends.
-  virtual std::future<std::vector<Tensor>> run_async(ExecutablePtr ex, std::vector<Tensor> inputs) = 0;
+  // Asynchronous execution is the lazy executor's device thread (src/lazy/async.cpp),
+  // which calls run() while the host traces the next step; a backend whose run() only
+  // enqueues work (a GPU stream) returns buffers that its transfers wait on.
 };
 
 /// The backend serving devices of `type` (cpu and xla: the CPU backend today).

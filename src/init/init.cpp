@@ -5,6 +5,7 @@
 #include <mutex>
 
 #include "autograd/node.h"
+#include "backend/cpu/kernels/kernels.h"
 #include "core/hooks.h"
 #include "lazy/hooks.h"
 
@@ -15,6 +16,8 @@ void ensure_initialized() {
   std::call_once(once, [] {
     autograd::register_hooks();
     lazy::register_hooks();
+    // The backends' kernels (ops/kernels.h), one line per backend.
+    cpu::register_cpu_kernels();
   });
 }
 

@@ -8,6 +8,7 @@
 #include "backend/cpu/backend.h"
 #include "backend/cpu/loops.h"
 #include "core/memory.h"
+#include "ops/kernels.h"
 
 namespace axle::cpu {
 
@@ -80,9 +81,9 @@ std::vector<Tensor> Executable::run(std::vector<Tensor> inputs) const {
     ops::Tensors out;
     if (ops::profiling()) [[unlikely]] {
       metrics::ScopedTimer t(ops::op_timer_name(st.op));
-      out = ops::op_def(st.op).cpu(in, st.attrs, st.metas);
+      out = ops::kernel(DeviceType::CPU, st.op)(in, st.attrs, st.metas);
     } else {
-      out = ops::op_def(st.op).cpu(in, st.attrs, st.metas);
+      out = ops::kernel(DeviceType::CPU, st.op)(in, st.attrs, st.metas);
     }
     in.clear();
     for (size_t j = 0; j < st.out.size(); ++j) slots[size_t(st.out[j])] = std::move(out[j]);
