@@ -28,7 +28,7 @@ Traced trace(const std::vector<Tensor>& roots) {
   std::vector<lazy::Value> vals;
   for (const Tensor& t : roots) vals.push_back(t.impl()->lazy->ir);
   lazy::Graph g = lazy::build_graph(vals);
-  Traced t{compiler::Program::from_graph(g), {}};
+  Traced t{lazy::to_program(g), {}};
   for (int i : g.inputs) t.inputs.push_back(g.nodes[size_t(i)]->data);
   return t;
 }

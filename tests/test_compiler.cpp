@@ -26,13 +26,13 @@ namespace {
 Program trace(const std::vector<Tensor>& roots) {
   std::vector<lazy::Value> vals;
   for (const Tensor& t : roots) vals.push_back(t.impl()->lazy->ir);
-  return Program::from_graph(lazy::build_graph(vals));
+  return lazy::to_program(lazy::build_graph(vals));
 }
 // The pipeline the lazy device runs: the generic passes, then the cpu backend's fusions.
 PassPipeline cpu_pipeline() { return backend::backend_for(kCPU).pipeline(); }
 int count_op(const Program& p, ops::OpKind k) {
   int c = 0;
-  for (const PNode& n : p.nodes) c += !n.dead && n.kind == lazy::NodeKind::Op && n.op == k;
+  for (const PNode& n : p.nodes) c += !n.dead && n.kind == compiler::NodeKind::Op && n.op == k;
   return c;
 }
 }  // namespace
@@ -77,11 +77,11 @@ TEST(Passes, ConstantFoldingAndDce) {
   Program p;
   p.num_inputs = 1;
   PNode in;
-  in.kind = lazy::NodeKind::Data;
+  in.kind = compiler::NodeKind::Data;
   in.input = 0;
   in.outs = {{{3}, kFloat32}};
   PNode c1;
-  c1.kind = lazy::NodeKind::Constant;
+  c1.kind = compiler::NodeKind::Constant;
   c1.constant = scalar_tensor(1.0);
   c1.outs = {{{}, kFloat32}};
   PNode c2 = c1;
@@ -149,7 +149,7 @@ class BreakingPass final : public Pass {
   bool run(Program& p) override {
     for (size_t i = 0; i < p.nodes.size(); ++i) {
       PNode& n = p.nodes[i];
-      if (n.dead || n.kind != lazy::NodeKind::Op || n.op != ops::OpKind::Mul) continue;
+      if (n.dead || n.kind != compiler::NodeKind::Op || n.op != ops::OpKind::Mul) continue;
       if (how_ == kShape) n.outs[0].shape.back() += 1;
       if (how_ == kDtype) n.outs[0].dtype = kInt64;
       if (how_ == kDropOperand) n.operands.pop_back();
@@ -220,7 +220,7 @@ TEST(Verifier, ChecksLeavesAndOptionalOperands) {
   // an absent operand where one is required; an absent optional one (linear's bias) is fine.
   auto input = [](int k, Shape s) {
     PNode n;
-    n.kind = lazy::NodeKind::Data;
+    n.kind = compiler::NodeKind::Data;
     n.input = k;
     n.outs = {{std::move(s), kFloat32}};
     return n;
@@ -253,7 +253,7 @@ TEST(Verifier, ChecksLeavesAndOptionalOperands) {
             std::string::npos)
       << error_of(absent);
   Program bad_const = p;
-  bad_const.nodes[1].kind = lazy::NodeKind::Constant;
+  bad_const.nodes[1].kind = compiler::NodeKind::Constant;
   bad_const.nodes[1].constant = zeros({4, 3});  // recorded: float32[3, 4]
   bad_const.num_inputs = 1;
   EXPECT_NE(error_of(bad_const).find("in the test: node `%1 = constant 0 : float32[3, 4]`: expected its value's "

@@ -345,7 +345,7 @@ TEST(Dist, CompilerNeverMergesOrDropsCollectives) {
   // result unused). CSE would merge %2 into %1 and DCE would drop it.
   compiler::Program p;
   compiler::PNode in;
-  in.kind = lazy::NodeKind::Data;
+  in.kind = compiler::NodeKind::Data;
   in.input = 0;
   in.outs = {{{4}, kFloat32}};
   p.nodes.push_back(in);
@@ -360,7 +360,7 @@ TEST(Dist, CompilerNeverMergesOrDropsCollectives) {
   }
   // A collective over constants must not be folded either.
   compiler::PNode c;
-  c.kind = lazy::NodeKind::Constant;
+  c.kind = compiler::NodeKind::Constant;
   c.constant = full({}, 2.0);
   c.outs = {{{}, kFloat32}};
   p.nodes.push_back(c);
@@ -374,7 +374,7 @@ TEST(Dist, CompilerNeverMergesOrDropsCollectives) {
   compiler::PassPipeline::standard().run(p);
   int collectives = 0;
   for (const auto& n : p.nodes)
-    if (!n.dead && n.kind == lazy::NodeKind::Op && n.op == ops::OpKind::AllReduce) ++collectives;
+    if (!n.dead && n.kind == compiler::NodeKind::Op && n.op == ops::OpKind::AllReduce) ++collectives;
   EXPECT_EQ(collectives, 3) << p.text();
   // In a group of one the kernels are copies: the program still runs.
   EXPECT_EQ(dist::all_reduce(full({2}, 3.0)).to_vector<float>(), (std::vector<float>{3, 3}));

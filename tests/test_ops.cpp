@@ -901,7 +901,7 @@ TEST(OpTable, EveryOpHasARow) {
     for (const Tensor& t : roots)
       if (t.defined() && t.impl()->lazy && t.impl()->lazy->ir) vals.push_back(t.impl()->lazy->ir);
     if (vals.empty()) continue;
-    compiler::Program p = compiler::Program::from_graph(lazy::build_graph(vals));
+    compiler::Program p = lazy::to_program(lazy::build_graph(vals));
     auto collect = [&] {
       for (const compiler::PNode& n : p.nodes)
         if (!n.dead && n.kind == lazy::NodeKind::Op) seen.insert(n.op);

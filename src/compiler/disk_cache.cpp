@@ -98,7 +98,7 @@ std::string serialize(const Program& p, uint64_t hash) {
   w.u64(p.nodes.size());
   for (const PNode& n : p.nodes) {
     w.u64(uint64_t(n.kind));
-    w.str(n.kind == lazy::NodeKind::Op ? ops::op_name(n.op) : "");
+    w.str(n.kind == NodeKind::Op ? ops::op_name(n.op) : "");
     w.u64(n.attrs.ints.size());
     for (int64_t v : n.attrs.ints) w.i64(v);
     w.u64(n.attrs.floats.size());
@@ -111,7 +111,7 @@ std::string serialize(const Program& p, uint64_t hash) {
     w.u64(n.outs.size());
     for (const ops::Meta& m : n.outs) w.meta(m);
     w.i64(n.input);
-    if (n.kind == lazy::NodeKind::Constant) {
+    if (n.kind == NodeKind::Constant) {
       Tensor c = n.constant.contiguous();
       w.str(std::string(static_cast<const char*>(c.data_ptr()), size_t(c.numel()) * itemsize(c.dtype())));
     }
@@ -144,10 +144,10 @@ Program deserialize(const std::string& bytes, uint64_t expect_hash) {
   for (uint64_t i = 0; i < n_nodes; ++i) {
     PNode n;
     uint64_t kind = r.u64();
-    AXLE_CHECK(kind <= uint64_t(lazy::NodeKind::Constant), "[cache] bad node kind");
-    n.kind = lazy::NodeKind(kind);
+    AXLE_CHECK(kind <= uint64_t(NodeKind::Constant), "[cache] bad node kind");
+    n.kind = NodeKind(kind);
     std::string op = r.str();
-    if (n.kind == lazy::NodeKind::Op) n.op = ops::op_from_name(op);
+    if (n.kind == NodeKind::Op) n.op = ops::op_from_name(op);
     uint64_t ni = r.count(1 << 16);
     for (uint64_t k = 0; k < ni; ++k) n.attrs.ints.push_back(r.i64());
     uint64_t nf = r.count(1 << 16);
@@ -162,7 +162,7 @@ Program deserialize(const std::string& bytes, uint64_t expect_hash) {
     uint64_t nouts = r.count(64);
     for (uint64_t k = 0; k < nouts; ++k) n.outs.push_back(r.meta());
     n.input = int(r.i64());
-    if (n.kind == lazy::NodeKind::Constant) {
+    if (n.kind == NodeKind::Constant) {
       AXLE_CHECK(nouts == 1, "[cache] bad constant");
       std::string raw = r.str();
       int64_t numel = shape_numel(n.outs[0].shape);

@@ -10,7 +10,6 @@
 namespace axle::compiler {
 namespace {
 
-using lazy::NodeKind;
 using ops::OpKind;
 
 class DcePass final : public Pass {

@@ -14,30 +14,6 @@
 
 namespace axle::compiler {
 
-Program Program::from_graph(const lazy::Graph& g, const std::string& graph) {
-  Program p;
-  char hash[17];
-  std::snprintf(hash, sizeof hash, "%016llx", static_cast<unsigned long long>(g.hash));
-  p.name = graph + "-" + hash;
-  std::unordered_map<const lazy::Node*, int> index;
-  p.nodes.reserve(g.nodes.size());
-  for (size_t i = 0; i < g.nodes.size(); ++i) {
-    const lazy::Node* n = g.nodes[i];
-    index[n] = int(i);
-    PNode q;
-    q.kind = n->kind;
-    q.op = n->op;
-    q.attrs = n->attrs;
-    q.outs = n->outs;
-    for (const lazy::Value& v : n->operands) q.operands.push_back(v.node ? Ref{index.at(v.node.get()), v.index} : Ref{});
-    if (n->kind == lazy::NodeKind::Constant) q.constant = full(n->outs[0].shape, n->scalar, {.dtype = n->outs[0].dtype});
-    p.nodes.push_back(std::move(q));
-  }
-  for (int i : g.inputs) p.nodes[size_t(i)].input = p.num_inputs++;
-  for (auto [n, j] : g.outputs) p.outputs.push_back({n, j});
-  return p;
-}
-
 void Program::replace_uses(Ref from, Ref to) {
   for (PNode& n : nodes)
     for (Ref& r : n.operands)
@@ -69,9 +45,9 @@ void Program::compact() {
 void Program::hoist_leaves() {
   std::vector<int> order;
   for (size_t i = 0; i < nodes.size(); ++i)
-    if (nodes[i].kind != lazy::NodeKind::Op) order.push_back(int(i));
+    if (nodes[i].kind != NodeKind::Op) order.push_back(int(i));
   for (size_t i = 0; i < nodes.size(); ++i)
-    if (nodes[i].kind == lazy::NodeKind::Op) order.push_back(int(i));
+    if (nodes[i].kind == NodeKind::Op) order.push_back(int(i));
   std::vector<int> remap(nodes.size());
   std::vector<PNode> sorted;
   sorted.reserve(nodes.size());
@@ -88,7 +64,7 @@ void Program::hoist_leaves() {
 
 int Program::op_count() const {
   int c = 0;
-  for (const PNode& n : nodes) c += !n.dead && n.kind == lazy::NodeKind::Op;
+  for (const PNode& n : nodes) c += !n.dead && n.kind == NodeKind::Op;
   return c;
 }
 
@@ -108,8 +84,8 @@ std::string Program::node_text(size_t i) const {
   std::ostringstream os;
   const PNode& n = nodes[i];
   os << "%" << i << " = ";
-  if (n.kind == lazy::NodeKind::Data) os << "input " << n.input;
-  else if (n.kind == lazy::NodeKind::Constant)
+  if (n.kind == NodeKind::Data) os << "input " << n.input;
+  else if (n.kind == NodeKind::Constant)
     os << "constant " << (n.constant.defined() && n.constant.numel() == 1 ? n.constant.item() : 0.0);
   else {
     os << ops::op_name(n.op) << "(";
@@ -213,23 +189,23 @@ void Program::verify(const std::string& stage) const {
   for (size_t i = 0; i < nodes.size(); ++i) {
     const PNode& n = nodes[i];
     if (n.dead) continue;
-    AXLE_CHECK(n.kind != lazy::NodeKind::Op || size_t(n.op) < size_t(ops::OpKind::kNumOps), where, "node %", i,
+    AXLE_CHECK(n.kind != NodeKind::Op || size_t(n.op) < size_t(ops::OpKind::kNumOps), where, "node %", i,
                " has op kind ", int(n.op), ", which is not in the op table");
     auto line = [&] { return "node `" + node_text(i) + "`"; };  // made only for an error
     AXLE_CHECK(!n.outs.empty(), where, line(), " has no outputs");
-    if (n.kind == lazy::NodeKind::Data) {
+    if (n.kind == NodeKind::Data) {
       AXLE_CHECK(n.input >= 0 && n.input < num_inputs, where, line(), ": expected an input position in 0..",
                  num_inputs - 1, ", found ", n.input);
       AXLE_CHECK(!input_seen[size_t(n.input)], where, line(), ": input position ", n.input, " is taken twice");
       input_seen[size_t(n.input)] = true;
     }
-    if (n.kind == lazy::NodeKind::Constant) {
+    if (n.kind == NodeKind::Constant) {
       AXLE_CHECK(n.constant.defined(), where, line(), " has no value");
       const ops::Meta have{n.constant.shape(), n.constant.dtype()};
       AXLE_CHECK(n.outs.size() == 1 && n.outs[0].shape == have.shape && n.outs[0].dtype == have.dtype, where, line(),
                  ": expected its value's ", meta_str(have), ", found ", metas_str(n.outs));
     }
-    if (n.kind != lazy::NodeKind::Op) {
+    if (n.kind != NodeKind::Op) {
       AXLE_CHECK(n.operands.empty() && n.outs.size() == 1, where, line(), ": expected no operands and one output");
     } else {
       const Arity ar = op_arity(n.op);

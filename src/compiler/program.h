@@ -1,13 +1,21 @@
-// The compiler's own IR: a graph copied out of the lazy trace so passes can rewrite
-// it freely. Nodes are in topological order; operands refer to earlier nodes.
+// The compiler's own IR: a graph copied out of the lazy trace (lazy::to_program) so
+// passes can rewrite it freely. Nodes are in topological order; operands refer to earlier nodes.
 #pragma once
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "lazy/graph.h"
+#include "axle/tensor.h"
+#include "ops/op.h"
 
 namespace axle::compiler {
+
+/// What a node is; the lazy IR uses the same kinds (lazy::NodeKind).
+enum class NodeKind : uint8_t {
+  Op,        ///< an op from ops.def
+  Data,      ///< a graph input: device data (hashed by shape and dtype, never by value)
+  Constant,  ///< a scalar 0, 1 or -1 baked into the graph (other scalars are Data)
+};
 
 struct Ref {
   int node = -1;  ///< -1: absent optional input
@@ -16,7 +24,7 @@ struct Ref {
 };
 
 struct PNode {
-  lazy::NodeKind kind = lazy::NodeKind::Op;
+  NodeKind kind = NodeKind::Op;
   ops::OpKind op{};
   ops::Attrs attrs;
   std::vector<Ref> operands;
@@ -32,8 +40,6 @@ struct Program {
   int num_inputs = 0;
   std::vector<Ref> outputs;
 
-  /// Copies a traced graph; `graph` names it (with its hash appended) in errors and saved files.
-  static Program from_graph(const lazy::Graph& g, const std::string& graph = "graph");
   /// Replaces every use of `from` with `to` (outputs included).
   void replace_uses(Ref from, Ref to);
   /// Drops dead nodes and renumbers references.

@@ -118,7 +118,7 @@ backend::ExecutablePtr compile(const Graph& g, const std::string& name, const ch
   if (stored) {
     ex = be.lower(*stored, dev);
   } else {
-    compiler::Program p = compiler::Program::from_graph(g, name);
+    compiler::Program p = to_program(g, name);
     be.pipeline().run(p);
     ex = be.lower(p, dev);
     if (!dir.empty()) compiler::disk_cache_store(dir, g.hash, p);

@@ -1,9 +1,12 @@
 #include "lazy/graph.h"
 
 #include <atomic>
+#include <cstdio>
 #include <cstring>
 #include <sstream>
 #include <unordered_map>
+
+#include "axle/ops.h"
 
 namespace axle::lazy {
 namespace {
@@ -150,6 +153,30 @@ std::string Graph::dot(const std::string& name) const {
     os << "  out" << j << " [shape=ellipse, label=\"output " << j << "\"];\n  n" << outputs[j].first << " -> out" << j << ";\n";
   os << "}\n";
   return os.str();
+}
+
+compiler::Program to_program(const Graph& g, const std::string& graph) {
+  compiler::Program p;
+  char hash[17];
+  std::snprintf(hash, sizeof hash, "%016llx", static_cast<unsigned long long>(g.hash));
+  p.name = graph + "-" + hash;
+  std::unordered_map<const Node*, int> index;
+  p.nodes.reserve(g.nodes.size());
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node* n = g.nodes[i];
+    index[n] = int(i);
+    compiler::PNode q;
+    q.kind = n->kind;
+    q.op = n->op;
+    q.attrs = n->attrs;
+    q.outs = n->outs;
+    for (const Value& v : n->operands) q.operands.push_back(v.node ? compiler::Ref{index.at(v.node.get()), v.index} : compiler::Ref{});
+    if (n->kind == NodeKind::Constant) q.constant = full(n->outs[0].shape, n->scalar, {.dtype = n->outs[0].dtype});
+    p.nodes.push_back(std::move(q));
+  }
+  for (int i : g.inputs) p.nodes[size_t(i)].input = p.num_inputs++;
+  for (auto [n, j] : g.outputs) p.outputs.push_back({n, j});
+  return p;
 }
 
 }  // namespace axle::lazy

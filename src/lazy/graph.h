@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "compiler/program.h"
 #include "lazy/ir.h"
 
 namespace axle::lazy {
@@ -24,5 +25,9 @@ void seal_node(Node& n);
 
 /// Builds the graph that computes `roots` (deduplicated by the caller).
 Graph build_graph(const std::vector<Value>& roots);
+
+/// Copies a graph into the compiler's IR; `graph` names it (with its hash appended) in
+/// errors and saved files.
+compiler::Program to_program(const Graph& g, const std::string& graph = "graph");
 
 }  // namespace axle::lazy

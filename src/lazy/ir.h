@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "axle/metrics.h"
+#include "compiler/program.h"
 #include "ops/op.h"
 
 namespace axle::lazy {
@@ -28,11 +29,7 @@ struct Value {
   explicit operator bool() const { return node != nullptr; }
 };
 
-enum class NodeKind : uint8_t {
-  Op,        ///< an op from ops.def
-  Data,      ///< a graph input: device data (hashed by shape and dtype, never by value)
-  Constant,  ///< a scalar 0, 1 or -1 baked into the graph (other scalars are Data)
-};
+using NodeKind = compiler::NodeKind;  ///< Op, Data or Constant (compiler/program.h)
 
 struct Node {
   NodeKind kind = NodeKind::Op;

@@ -28,9 +28,9 @@ std::shared_ptr<const Executable> lower(const Program& p, Device device) {
   ex->input_slots_.assign(size_t(p.num_inputs), -1);
   for (size_t i = 0; i < p.nodes.size(); ++i) {
     const PNode& n = p.nodes[i];
-    if (n.kind == lazy::NodeKind::Data) ex->input_slots_[size_t(n.input)] = slot[i][0];
-    if (n.kind == lazy::NodeKind::Constant) ex->constants_.push_back({slot[i][0], n.constant});
-    if (n.kind != lazy::NodeKind::Op) continue;
+    if (n.kind == compiler::NodeKind::Data) ex->input_slots_[size_t(n.input)] = slot[i][0];
+    if (n.kind == compiler::NodeKind::Constant) ex->constants_.push_back({slot[i][0], n.constant});
+    if (n.kind != compiler::NodeKind::Op) continue;
     AXLE_CHECK(supports_op(n.op), "[compile] op '", ops::op_name(n.op),
                "' has no cpu kernel; the cpu backend cannot run this program");
     Executable::Step s{n.op, n.attrs, {}, slot[i], n.outs, {}};

@@ -12,12 +12,12 @@
 namespace axle::cpu {
 namespace {
 
+using compiler::NodeKind;
 using compiler::Pass;
 using compiler::PNode;
 using compiler::Program;
 using compiler::Ref;
 
-using lazy::NodeKind;
 using ops::OpKind;
 
 struct Group {
