@@ -39,6 +39,8 @@ AXLE = {
     "axle-compiled": (["--device", "xla", "--pattern", "compiled"], "axle xla, axle::compile'd step"),
     "axle-eager": (["--device", "xla", "--pattern", "eager"], "axle xla eager mode"),
     "axle-xla-async": (["--device", "xla", "--pattern", "single"], "axle xla, async execution (AXLE_ASYNC=1)"),
+    # Before/after a change, in one run: axle-train of another build (AXLE_BEFORE=path/to/axle-train).
+    "axle-xla-before": (["--device", "xla", "--pattern", "single"], "axle xla of the AXLE_BEFORE build"),
 }
 AXLE_ENV = {"axle-xla-async": {"AXLE_ASYNC": "1"}}  # extra environment per axle system
 BASE = "axle-xla"
@@ -61,7 +63,12 @@ def peer_ready(venvs, venv):
 
 def run_axle(a, name, model, threads, tmp):
     out = os.path.join(tmp, f"{name}-{model}-{threads}.json")
-    cmd = [a.axle_train, *AXLE[name][0], "--model", model, "--threads", str(threads),
+    binary = a.axle_train
+    if name == "axle-xla-before":
+        binary = os.environ.get("AXLE_BEFORE", "")
+        if not os.access(binary, os.X_OK):
+            raise RuntimeError(f"axle-xla-before needs AXLE_BEFORE=path/to/axle-train, got {binary!r}")
+    cmd = [binary, *AXLE[name][0], "--model", model, "--threads", str(threads),
            "--max-steps", str(a.warm + a.steps), "--json", out]
     env = {**os.environ, **AXLE_ENV.get(name, {})}
     p = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=a.timeout, env=env)
