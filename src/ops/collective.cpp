@@ -1,7 +1,7 @@
 // Collective ops: all_reduce, all_gather, reduce_scatter, broadcast. The cpu kernel
 // calls the process group named by the op's `group id` attribute; the lazy device's
 // executables run the same kernel, so on xla tensors a collective happens in graph
-// order when the step's graph runs. Registered with has_side_effects (see op.h).
+// order when the step's graph runs. ops.def marks them EFFECTS (ops::has_side_effects).
 #include <cstring>
 
 #include "axle/dist.h"
@@ -167,14 +167,10 @@ Tensors broadcast_vjp(const VjpArgs& v) {
 
 }  // namespace
 
-AXLE_REGISTER_OP(AllReduce, {.infer = all_reduce_infer, .cpu = all_reduce_cpu, .vjp = all_reduce_vjp,
-                             .has_side_effects = true});
-AXLE_REGISTER_OP(AllGather, {.infer = all_gather_infer, .cpu = all_gather_cpu, .vjp = all_gather_vjp,
-                             .has_side_effects = true});
-AXLE_REGISTER_OP(ReduceScatter, {.infer = reduce_scatter_infer, .cpu = reduce_scatter_cpu,
-                                 .vjp = reduce_scatter_vjp, .has_side_effects = true});
-AXLE_REGISTER_OP(Broadcast, {.infer = broadcast_infer, .cpu = broadcast_cpu, .vjp = broadcast_vjp,
-                             .has_side_effects = true});
+AXLE_REGISTER_OP(AllReduce, {.infer = all_reduce_infer, .cpu = all_reduce_cpu, .vjp = all_reduce_vjp});
+AXLE_REGISTER_OP(AllGather, {.infer = all_gather_infer, .cpu = all_gather_cpu, .vjp = all_gather_vjp});
+AXLE_REGISTER_OP(ReduceScatter, {.infer = reduce_scatter_infer, .cpu = reduce_scatter_cpu, .vjp = reduce_scatter_vjp});
+AXLE_REGISTER_OP(Broadcast, {.infer = broadcast_infer, .cpu = broadcast_cpu, .vjp = broadcast_vjp});
 
 }  // namespace axle::ops
 

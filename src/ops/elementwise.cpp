@@ -37,18 +37,7 @@ namespace {
     default: AXLE_FAIL("[", opname, "] dtype ", dt, " is not supported on cpu yet");   \
   }
 
-bool is_float_op(OpKind k) {
-  switch (k) {
-    case OpKind::Exp: case OpKind::Log: case OpKind::Sqrt: case OpKind::Rsqrt: case OpKind::Gelu:
-    case OpKind::Sigmoid: case OpKind::Tanh: case OpKind::Div: case OpKind::Pow: case OpKind::GeluBackward:
-      return true;
-    default: return false;
-  }
-}
-bool is_compare(OpKind k) {
-  return k == OpKind::Eq || k == OpKind::Ne || k == OpKind::Lt || k == OpKind::Le || k == OpKind::Gt ||
-         k == OpKind::Ge;
-}
+bool is_compare(OpKind k) { return op_info(k).has(kCompare); }
 
 // ------------------------------------------------------------------ unary
 // A kernel body runs either over a TensorIter (eager) or on one raw run of
@@ -338,19 +327,6 @@ Tensors vjp_where(const VjpArgs& v) {
 
 }  // namespace
 
-bool is_elementwise(OpKind k) {
-  switch (k) {
-#define AXLE_EW(K) case OpKind::K:
-    AXLE_EW(Neg) AXLE_EW(ReluBackward) AXLE_EW(Exp) AXLE_EW(Log) AXLE_EW(Sqrt) AXLE_EW(Rsqrt) AXLE_EW(Abs) AXLE_EW(Relu) AXLE_EW(Gelu)
-    AXLE_EW(GeluBackward) AXLE_EW(Sigmoid) AXLE_EW(Tanh) AXLE_EW(Cast) AXLE_EW(Add) AXLE_EW(Sub) AXLE_EW(Mul)
-    AXLE_EW(Div) AXLE_EW(Pow) AXLE_EW(Maximum) AXLE_EW(Minimum) AXLE_EW(Eq) AXLE_EW(Ne) AXLE_EW(Lt) AXLE_EW(Le)
-    AXLE_EW(Gt) AXLE_EW(Ge) AXLE_EW(Where)
-#undef AXLE_EW
-    return true;
-    default: return false;
-  }
-}
-
 DType elementwise_compute_dtype(OpKind k, const std::vector<DType>& in) {
   if (k == OpKind::Where) return promote(in[1], in[2]);
   if (k == OpKind::Cast) return in[0];
@@ -365,13 +341,10 @@ void elementwise_raw(OpKind k, DType ct, char** p, const int64_t* s, int64_t n) 
   } else if (k == OpKind::Cast) {
     AXLE_FAIL("[fused] internal: casts run through cpu::cast_raw");
   } else {
-    switch (k) {
-      case OpKind::Neg: case OpKind::Exp: case OpKind::Log: case OpKind::Sqrt: case OpKind::Rsqrt:
-      case OpKind::Abs: case OpKind::Relu: case OpKind::Gelu: case OpKind::Sigmoid: case OpKind::Tanh:
-        AXLE_SWITCH_TYPES(ct, op_name(k), unary_typed<T>(k, ex));
-        break;
-      default:
-        AXLE_SWITCH_TYPES(ct, op_name(k), binary_typed<T>(k, ex));
+    if (op_info(k).has(kUnary)) {
+      AXLE_SWITCH_TYPES(ct, op_name(k), unary_typed<T>(k, ex));
+    } else {
+      AXLE_SWITCH_TYPES(ct, op_name(k), binary_typed<T>(k, ex));
     }
   }
 }
