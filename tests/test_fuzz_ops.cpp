@@ -1,4 +1,5 @@
-// Differential fuzzing: random valid op sequences (broadcasting, views, reductions,
+// Differential fuzzing: random valid op sequences (every elementwise op of the op table,
+// broadcasting, views, reductions,
 // matmul, conv, softmax, scalars that trigger folding) run on the eager cpu path, the
 // lazy xla device (one graph, all compiler passes) and xla eager mode; every value and
 // every input gradient must agree. A fixed seed corpus runs in `make test`;
@@ -8,9 +9,12 @@
 #include <cmath>
 #include <cstdlib>
 #include <functional>
+#include <map>
 #include <random>
+#include <set>
 
 #include "axle/axle.h"
+#include "ops/op.h"
 
 using namespace axle;
 
@@ -24,37 +28,81 @@ struct Instr {
 };
 
 enum Op {
-  kUnary, kBinary, kScalar, kSum, kMean, kAmax, kPermute, kReshape, kSlice, kExpand, kMatmul,
-  kSoftmax, kLogSoftmax, kWhere, kCat, kConv, kPool, kCount
+  kElementwise1, kElementwise2, kScalar, kSum, kMean, kAmax, kPermute, kReshape, kSlice, kExpand, kMatmul,
+  kSoftmax, kLogSoftmax, kCat, kConv, kPool, kCount
 };
 
-const char* const kUnaryNames[] = {"neg", "exp", "log", "sqrt", "abs", "relu", "gelu", "sigmoid", "tanh"};
-const char* const kBinaryNames[] = {"add", "sub", "mul", "div", "maximum", "minimum"};
+// The elementwise ops come from the op table (every EW op in src/ops/ops.def), each with its
+// input domain here: how valid operands are made from any values, and its attributes.
+// DifferentialFuzz.EveryElementwiseOpHasADomain fails when a table entry has none, so a new
+// elementwise op is fuzzed (in fused chains, on every device) from the day it is added.
+struct Domain {
+  std::function<std::vector<Tensor>(const std::vector<Tensor>&)> operands;  // from 1 or 2 values
+  ops::Attrs attrs{};
+};
+std::vector<Tensor> same(const std::vector<Tensor>& v) { return v; }
+const std::map<std::string, Domain>& domains() {
+  using V = const std::vector<Tensor>&;
+  static const std::map<std::string, Domain> d = {
+      {"neg", {same}},
+      {"exp", {[](V v) { return std::vector<Tensor>{tanh(v[0])}; }}},  // bounded
+      {"log", {[](V v) { return std::vector<Tensor>{abs(v[0]) + 1.0}; }}},
+      {"sqrt", {[](V v) { return std::vector<Tensor>{abs(v[0]) + 0.5}; }}},
+      {"rsqrt", {[](V v) { return std::vector<Tensor>{abs(v[0]) + 0.5}; }}},
+      {"abs", {same}},
+      {"relu", {same}},
+      {"relu_backward", {same}},  // (grad, y)
+      {"gelu", {same}},
+      {"gelu_backward", {same}},  // (grad, x)
+      {"sigmoid", {same}},
+      {"tanh", {same}},
+      // Truncation to int32 (no gradient), then back to float32 below.
+      {"cast", {[](V v) { return std::vector<Tensor>{v[0] * 4.0}; }, {.ints = {int64_t(kInt32)}}}},
+      {"add", {same}},
+      {"sub", {same}},
+      {"mul", {same}},
+      {"div", {[](V v) { return std::vector<Tensor>{v[0], abs(v[1]) + 1.0}; }}},
+      {"pow", {[](V v) { return std::vector<Tensor>{abs(v[0]) + 0.5, tanh(v[1]) * 2.0}; }}},
+      {"maximum", {same}},
+      {"minimum", {same}},
+      {"eq", {same}},
+      {"ne", {same}},
+      {"lt", {same}},
+      {"le", {same}},
+      {"gt", {same}},
+      {"ge", {same}},
+      {"where", {[](V v) { return std::vector<Tensor>{gt(v[0], 0.0), v[0], v[1]}; }}},
+  };
+  return d;
+}
+// The table's elementwise ops taking one value, and those taking two (binary ops, where).
+const std::vector<ops::OpKind>& elementwise_ops(int values) {
+  static const std::vector<ops::OpKind> one = [] {
+    std::vector<ops::OpKind> v;
+    for (ops::OpKind k : ops::ops_with(ops::kElementwise))
+      if (ops::op_info(k).inputs.lo == 1) v.push_back(k);
+    return v;
+  }();
+  static const std::vector<ops::OpKind> two = [] {
+    std::vector<ops::OpKind> v;
+    for (ops::OpKind k : ops::ops_with(ops::kElementwise))
+      if (ops::op_info(k).inputs.lo > 1) v.push_back(k);
+    return v;
+  }();
+  return values == 1 ? one : two;
+}
+
+Tensor apply_elementwise(ops::OpKind k, const std::vector<Tensor>& values) {
+  const Domain& d = domains().at(ops::op_name(k));
+  Tensor y = ops::call1(k, d.operands(values), d.attrs);
+  return y.dtype() == kFloat32 ? y : cast(y, kFloat32);  // comparisons, casts: back to float
+}
 
 Tensor apply_instr(const Instr& in, const std::vector<Tensor>& v) {
   auto a = [&](size_t i) -> const Tensor& { return v[size_t(in.args[i])]; };
   switch (in.op) {
-    case kUnary:
-      switch (in.ints[0]) {
-        case 0: return neg(a(0));
-        case 1: return exp(tanh(a(0)));          // bounded
-        case 2: return log(abs(a(0)) + 1.0);      // positive argument
-        case 3: return sqrt(abs(a(0)) + 0.5);
-        case 4: return abs(a(0));
-        case 5: return relu(a(0));
-        case 6: return gelu(a(0));
-        case 7: return sigmoid(a(0));
-        default: return tanh(a(0));
-      }
-    case kBinary:
-      switch (in.ints[0]) {
-        case 0: return add(a(0), a(1));
-        case 1: return sub(a(0), a(1));
-        case 2: return mul(a(0), a(1));
-        case 3: return div(a(0), abs(a(1)) + 1.0);
-        case 4: return maximum(a(0), a(1));
-        default: return minimum(a(0), a(1));
-      }
+    case kElementwise1: return apply_elementwise(elementwise_ops(1)[size_t(in.ints[0])], {a(0)});
+    case kElementwise2: return apply_elementwise(elementwise_ops(2)[size_t(in.ints[0])], {a(0), a(1)});
     case kScalar:
       return in.ints[0] == 0 ? mul(a(0), in.scalar) : add(a(0), in.scalar);
     case kSum: return sum(a(0), {in.ints[0]}, in.ints[1] != 0);
@@ -67,7 +115,6 @@ Tensor apply_instr(const Instr& in, const std::vector<Tensor>& v) {
     case kMatmul: return matmul(a(0), a(1));
     case kSoftmax: return softmax(a(0), in.ints[0]);
     case kLogSoftmax: return log_softmax(a(0), in.ints[0]);
-    case kWhere: return where(gt(a(0), 0.0), a(0), a(1));
     case kCat: return cat(std::vector<Tensor>{a(0), a(1)}, in.ints[0]);
     case kConv: return conv2d(a(0), a(1), {}, {.padding = {in.ints[0], in.ints[0]}});
     case kPool: return max_pool2d(a(0));
@@ -97,16 +144,18 @@ Program generate(uint64_t seed) {
   int guard = 0;
   while (int(p.code.size()) < n && guard++ < 400) {
     Instr in;
-    in.op = int(pick(0, kCount - 1));
+    // Elementwise ops take a third of the draws, so each of the table's is drawn often.
+    in.op = int(pick(0, kCount + 5));
+    if (in.op >= kCount) in.op = in.op % 2 == 0 ? kElementwise1 : kElementwise2;
     const int x = int(pick(0, int64_t(shapes.size()) - 1));
     const Shape s = shapes[size_t(x)];  // a copy: fresh inputs below grow `shapes`
     const int64_t nd = int64_t(s.size());
     in.args = {x};
-    if (nd == 0 && in.op != kUnary && in.op != kScalar && in.op != kBinary && in.op != kWhere) continue;
+    if (nd == 0 && in.op != kElementwise1 && in.op != kScalar && in.op != kElementwise2) continue;
     Shape out;
     switch (in.op) {
-      case kUnary: in.ints = {pick(0, 8)}; out = s; break;
-      case kBinary: case kWhere: {
+      case kElementwise1: in.ints = {pick(0, int64_t(elementwise_ops(1).size()) - 1)}; out = s; break;
+      case kElementwise2: {
         // A partner that broadcasts: an existing value of a compatible shape, else `s` with some dims set to 1.
         int y = -1;
         for (int tries = 0; tries < 8 && y < 0; ++tries) {
@@ -121,7 +170,7 @@ Program generate(uint64_t seed) {
         }
         if (y < 0) continue;
         in.args.push_back(y);
-        if (in.op == kBinary) in.ints = {pick(0, 5)};
+        in.ints = {pick(0, int64_t(elementwise_ops(2).size()) - 1)};
         const Shape& t = shapes[size_t(y)];
         out.assign(std::max(s.size(), t.size()), 1);
         for (size_t k = 0; k < out.size(); ++k) {
@@ -274,7 +323,7 @@ void check_program(uint64_t seed) {
     Tensor last = vals.back();
     // A fixed, data-independent weighting so that every element's gradient differs.
     Tensor w = (arange(0, last.numel(), 1, {.dtype = kFloat32}).reshape(last.shape()) * 0.01 + 0.5).to(dev);
-    sum(last * w).backward();
+    if (last.requires_grad()) sum(last * w).backward();  // not after a comparison or a cast to int
     axle::sync();
     std::vector<std::vector<float>> out;
     for (const Tensor& v : vals) out.push_back(v.to_vector<float>());
@@ -309,4 +358,28 @@ TEST(DifferentialFuzz, SeedCorpus) {
     check_program(s);
     if (HasFatalFailure()) return;
   }
+}
+
+// Every elementwise op of the table has a domain above, and every domain names one: none can
+// be left out of the fuzzer again.
+TEST(DifferentialFuzz, EveryElementwiseOpHasADomain) {
+  std::set<std::string> table;
+  for (ops::OpKind k : ops::ops_with(ops::kElementwise)) {
+    table.insert(ops::op_name(k));
+    EXPECT_TRUE(domains().count(ops::op_name(k))) << "elementwise op '" << ops::op_name(k)
+                                                  << "' has no domain in tests/test_fuzz_ops.cpp";
+  }
+  for (const auto& [name, d] : domains()) EXPECT_TRUE(table.count(name)) << name << " is not an elementwise op of the table";
+  EXPECT_EQ(elementwise_ops(1).size() + elementwise_ops(2).size(), table.size());
+}
+
+// The seed corpus draws every one of them (so `make test` runs each in fused chains).
+TEST(DifferentialFuzz, SeedCorpusDrawsEveryElementwiseOp) {
+  std::set<ops::OpKind> drawn;
+  for (uint64_t s = 1; s <= 150; ++s)
+    for (const Instr& in : generate(s).code)
+      if (in.op == kElementwise1 || in.op == kElementwise2)
+        drawn.insert(elementwise_ops(in.op == kElementwise1 ? 1 : 2)[size_t(in.ints[0])]);
+  for (ops::OpKind k : ops::ops_with(ops::kElementwise))
+    EXPECT_TRUE(drawn.count(k)) << ops::op_name(k) << " is drawn by no program of the seed corpus";
 }
