@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,8 @@ enum Trait : uint32_t {
   kCompilerMade = 1u << 7,    ///< COMPILER: made by compiler passes, never by users
   kSideEffects = 1u << 8,     ///< EFFECTS: never merged, dropped, folded or reordered
   kIndex = 1u << 9,           ///< INDEX: int64 (index) output
+  kPositive = 1u << 10,       ///< POSITIVE: domain is positive inputs
+  kNonzero = 1u << 11,        ///< NONZERO: domain is inputs away from 0
 };
 
 /// How many inputs or outputs an op takes: lo..hi, hi = kAny for "any number".
@@ -61,6 +64,7 @@ enum class AttrType : uint8_t { Int, Bool, DType, Ints, Float, Flag };
 struct AttrField {
   const char* name;
   AttrType type;
+  double default_value = 0;  ///< Float fields: the default ops.def declares
 };
 
 /// One op's schema, as ops.def declares it.
@@ -78,7 +82,7 @@ namespace schema_detail {
 // The vocabulary of ops.def lines.
 constexpr uint32_t EW = kElementwise, UNARY = kUnary, BINARY = kBinary, FLOAT_MATH = kFloatMath,
                    COMPARE = kCompare, DIFF = kDifferentiable, BACKWARD = kBackward, COMPILER = kCompilerMade,
-                   EFFECTS = kSideEffects, INDEX = kIndex;
+                   EFFECTS = kSideEffects, INDEX = kIndex, POSITIVE = kPositive, NONZERO = kNonzero;
 constexpr int N = Arity::kAny;
 constexpr Arity R(int lo, int hi) { return {lo, hi}; }
 
@@ -86,7 +90,7 @@ constexpr Arity R(int lo, int hi) { return {lo, hi}; }
 #define BOOL(x) {#x, AttrType::Bool},
 #define DTYPE(x) {#x, AttrType::DType},
 #define INTS(x) {#x, AttrType::Ints},
-#define FLOAT(x) {#x, AttrType::Float},
+#define FLOAT(x, d) {#x, AttrType::Float, double(d)},
 #define FLAG(x) {#x, AttrType::Flag},
 #define AXLE_OP(Name, str, in, out, traits, attrs) \
   inline constexpr AttrField Name##_fields[] = {attrs{nullptr, AttrType::Int}};
@@ -154,7 +158,7 @@ namespace attr {
 #define BOOL(x) bool x = false;
 #define DTYPE(x) DType x = DType::Float32;
 #define INTS(x) std::vector<int64_t> x{};
-#define FLOAT(x) double x = 0;
+#define FLOAT(x, d) double x = d;
 #define FLAG(x) bool x = false;
 #define AXLE_OP(Name, str, in, out, traits, attrs) \
   struct Name {                                    \
@@ -174,7 +178,7 @@ namespace attr {
 #define BOOL(x) r.x = schema_detail::take_int(op_, #x, a, i_) != 0;
 #define DTYPE(x) r.x = DType(schema_detail::take_int(op_, #x, a, i_));
 #define INTS(x) r.x.assign(a.ints.begin() + std::ptrdiff_t(std::min(i_, a.ints.size())), a.ints.end()), i_ = a.ints.size();
-#define FLOAT(x) r.x = schema_detail::take_float(op_, #x, a, f_);
+#define FLOAT(x, d) r.x = schema_detail::take_float(op_, #x, a, f_);
 #define FLAG(x) r.x = schema_detail::take_flag(op_, #x, a, i_);
 #define AXLE_OP(Name, str, in, out, traits, attrs)               \
   inline Name Name::of([[maybe_unused]] const Attrs& a) {        \
@@ -197,7 +201,7 @@ namespace attr {
 #define BOOL(x) a.ints.push_back(x ? 1 : 0);
 #define DTYPE(x) a.ints.push_back(int64_t(x));
 #define INTS(x) a.ints.insert(a.ints.end(), x.begin(), x.end());
-#define FLOAT(x) a.floats.push_back(x);
+#define FLOAT(x, d) a.floats.push_back(x);
 #define FLAG(x) \
   if (x) a.ints.push_back(1);
 #define AXLE_OP(Name, str, in, out, traits, attrs) \
@@ -213,6 +217,17 @@ namespace attr {
 #undef INTS
 #undef FLOAT
 #undef FLAG
+
+/// attr::Name for OpKind::Name: AttrOf<OpKind::Clamp>::type is attr::Clamp.
+template <OpKind K>
+struct AttrOf;
+#define AXLE_OP(Name, ...)             \
+  template <>                          \
+  struct AttrOf<OpKind::Name> {        \
+    using type = Name;                 \
+  };
+#include "ops/ops.def"
+#undef AXLE_OP
 }  // namespace attr
 
 }  // namespace axle::ops
