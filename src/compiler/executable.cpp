@@ -6,6 +6,7 @@
 #include "axle/autograd.h"
 #include "axle/metrics.h"
 #include "backend/cpu/loops.h"
+#include "backend/kernels.h"
 
 namespace axle::compiler {
 
@@ -76,9 +77,9 @@ std::vector<Tensor> Executable::run(std::vector<Tensor> inputs) const {
     ops::Tensors out;
     if (ops::profiling()) [[unlikely]] {
       metrics::ScopedTimer t(ops::op_timer_name(st.op));
-      out = ops::op_def(st.op).cpu(in, st.attrs, st.metas);
+      out = backend::kernel(DeviceType::CPU, st.op)(in, st.attrs, st.metas);
     } else {
-      out = ops::op_def(st.op).cpu(in, st.attrs, st.metas);
+      out = backend::kernel(DeviceType::CPU, st.op)(in, st.attrs, st.metas);
     }
     in.clear();
     for (size_t j = 0; j < st.out.size(); ++j) slots[size_t(st.out[j])] = std::move(out[j]);

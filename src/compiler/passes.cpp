@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "axle/autograd.h"
+#include "backend/kernels.h"
 #include "compiler/program.h"
 
 namespace axle::compiler {
@@ -85,6 +86,7 @@ class ConstantFoldingPass final : public Pass {
       PNode& n = p.nodes[i];
       if (n.dead || n.kind != NodeKind::Op || n.operands.empty()) continue;
       if (ops::has_side_effects(n.op)) continue;  // must run with the other ranks, at run time
+      if (!backend::supports(DeviceType::CPU, n.op)) continue;  // folding runs the cpu kernel
       bool all_const = true;
       int64_t numel = 0;
       for (const Ref& r : n.operands) all_const = all_const && (r.node < 0 || p.nodes[size_t(r.node)].kind == NodeKind::Constant);
@@ -92,7 +94,7 @@ class ConstantFoldingPass final : public Pass {
       if (!all_const || numel > 4096) continue;
       ops::Tensors in;
       for (const Ref& r : n.operands) in.push_back(r.node < 0 ? Tensor() : p.nodes[size_t(r.node)].constant);
-      ops::Tensors out = ops::op_def(n.op).cpu(in, n.attrs, n.outs);
+      ops::Tensors out = backend::kernel(DeviceType::CPU, n.op)(in, n.attrs, n.outs);
       // Each output becomes a constant node appended... in place: the first output reuses this slot.
       if (out.size() != 1) continue;
       n.kind = NodeKind::Constant;

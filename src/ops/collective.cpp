@@ -1,12 +1,11 @@
-// Collective ops: all_reduce, all_gather, reduce_scatter, broadcast. The cpu kernel
-// calls the process group named by the op's `group id` attribute; the lazy device's
-// executables run the same kernel, so on xla tensors a collective happens in graph
-// order when the step's graph runs. ops.def marks them EFFECTS (ops::has_side_effects).
+// Collective ops: all_reduce, all_gather, reduce_scatter, broadcast: shape rules, vjps and
+// the tensor-level API (axle/dist.h). Their cpu kernels (src/backend/cpu/kernels/collective.cpp)
+// call the process group named by the op's `group id` attribute. ops.def marks them
+// EFFECTS (ops::has_side_effects).
 #include <cstring>
 
 #include "axle/dist.h"
 #include "axle/ops.h"
-#include "backend/cpu/loops.h"
 #include "dist/dist_internal.h"
 #include "ops/op.h"
 
@@ -42,30 +41,6 @@ std::vector<Meta> all_reduce_infer(const Tensors& in, const Attrs& a) {
   return out;
 }
 
-Tensors all_reduce_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>& metas) {
-  dist::ProcessGroup& g = dist::detail::group_by_id(a.ints[1]);
-  const DType t = metas[0].dtype;
-  int64_t total = 0;
-  for (const Meta& m : metas) total += shape_numel(m.shape);
-  // One flat buffer; the outputs are contiguous views of it.
-  Tensor flat = make_tensor({total}, t);
-  int64_t off = 0;
-  for (size_t i = 0; i < in.size(); ++i) {
-    const int64_t n = shape_numel(metas[i].shape);
-    Tensor dst = make_view(flat, metas[i].shape, contiguous_strides(metas[i].shape), off);
-    cpu::copy_into(dst, in[i]);
-    off += n;
-  }
-  g.all_reduce(flat.data_ptr(), total, t, ReduceOp(a.ints[0]));
-  Tensors out;
-  off = 0;
-  for (const Meta& m : metas) {
-    out.push_back(make_view(flat, m.shape, contiguous_strides(m.shape), off));
-    off += shape_numel(m.shape);
-  }
-  return out;
-}
-
 Tensors all_reduce_vjp(const VjpArgs& v) {
   const ReduceOp r = ReduceOp(v.attrs.ints[0]);
   AXLE_CHECK(r == ReduceOp::Sum || r == ReduceOp::Mean, "[all_reduce] reduce op ", dist::detail::reduce_op_name(r),
@@ -86,15 +61,6 @@ std::vector<Meta> all_gather_infer(const Tensors& in, const Attrs& a) {
   if (s.empty()) s = {a.ints[1]};
   else s[0] *= a.ints[1];
   return {{s, in[0].dtype()}};
-}
-
-Tensors all_gather_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>& metas) {
-  dist::ProcessGroup& g = dist::detail::group_by_id(a.ints[0]);
-  AXLE_CHECK(g.size() == a.ints[1], "[all_gather] graph traced for world size ", a.ints[1], ", group has ", g.size());
-  Tensor x = in[0].is_contiguous() ? in[0] : in[0].contiguous();
-  Tensor out = make_tensor(metas[0].shape, metas[0].dtype);
-  g.all_gather(x.data_ptr(), out.data_ptr(), x.numel(), x.dtype());
-  return {out};
 }
 
 Tensors all_gather_vjp(const VjpArgs& v) {
@@ -118,17 +84,6 @@ std::vector<Meta> reduce_scatter_infer(const Tensors& in, const Attrs& a) {
   return {{s, in[0].dtype()}};
 }
 
-Tensors reduce_scatter_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>& metas) {
-  dist::ProcessGroup& g = dist::detail::group_by_id(a.ints[1]);
-  AXLE_CHECK(g.size() == a.ints[2], "[reduce_scatter] graph traced for world size ", a.ints[2], ", group has ",
-             g.size());
-  Tensor buf = make_tensor(in[0].shape(), in[0].dtype());
-  cpu::copy_into(buf, in[0]);
-  g.all_reduce(buf.data_ptr(), buf.numel(), buf.dtype(), ReduceOp(a.ints[0]));
-  const int64_t n = shape_numel(metas[0].shape);
-  return {make_view(buf, metas[0].shape, contiguous_strides(metas[0].shape), n * g.rank())};
-}
-
 Tensors reduce_scatter_vjp(const VjpArgs& v) {
   const ReduceOp r = ReduceOp(v.attrs.ints[0]);
   AXLE_CHECK(r == ReduceOp::Sum || r == ReduceOp::Mean, "[reduce_scatter] reduce op ",
@@ -147,14 +102,6 @@ std::vector<Meta> broadcast_infer(const Tensors& in, const Attrs& a) {
   return {{in[0].shape(), in[0].dtype()}};
 }
 
-Tensors broadcast_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>& metas) {
-  dist::ProcessGroup& g = dist::detail::group_by_id(a.ints[1]);
-  Tensor out = make_tensor(metas[0].shape, metas[0].dtype);
-  cpu::copy_into(out, in[0]);
-  g.broadcast(out.data_ptr(), out.numel(), out.dtype(), int(a.ints[0]));
-  return {out};
-}
-
 Tensors broadcast_vjp(const VjpArgs& v) {
   // Every rank's output came from src: src's input gets the sum of all gradients.
   Tensor s = call1(OpKind::AllReduce, {v.grad[0]}, ops::Attrs{.ints = {int64_t(ReduceOp::Sum), v.attrs.ints[1]}, .floats = {}});
@@ -167,10 +114,12 @@ Tensors broadcast_vjp(const VjpArgs& v) {
 
 }  // namespace
 
-AXLE_REGISTER_OP(AllReduce, {.infer = all_reduce_infer, .cpu = all_reduce_cpu, .vjp = all_reduce_vjp});
-AXLE_REGISTER_OP(AllGather, {.infer = all_gather_infer, .cpu = all_gather_cpu, .vjp = all_gather_vjp});
-AXLE_REGISTER_OP(ReduceScatter, {.infer = reduce_scatter_infer, .cpu = reduce_scatter_cpu, .vjp = reduce_scatter_vjp});
-AXLE_REGISTER_OP(Broadcast, {.infer = broadcast_infer, .cpu = broadcast_cpu, .vjp = broadcast_vjp});
+void register_collective_ops() {
+  register_op(OpKind::AllReduce, {.infer = all_reduce_infer, .vjp = all_reduce_vjp});
+  register_op(OpKind::AllGather, {.infer = all_gather_infer, .vjp = all_gather_vjp});
+  register_op(OpKind::ReduceScatter, {.infer = reduce_scatter_infer, .vjp = reduce_scatter_vjp});
+  register_op(OpKind::Broadcast, {.infer = broadcast_infer, .vjp = broadcast_vjp});
+}
 
 }  // namespace axle::ops
 

@@ -1,50 +1,12 @@
-// 2-D convolution on oneDNN: forward, backward-data, backward-weights (+ fused bias gradient).
-//
-// Layout (dnnl_glue::conv_mode()): activations are NCHW-shaped axle tensors whose memory is
-// NCHW or channels-last (NHWC strides); weights are always plain [O, C/g, kh, kw] for the user
-// and reordered into the primitive's preferred (blocked) layout per call (they are small).
-// Any other input strides are reordered by oneDNN into the primitive's layout; nothing is
-// copied when the input already has it. Primitives and reorders are cached per configuration.
-//
-// Measured here (bench/micro.cpp cnn_trunk_step: N=128, conv 1->32 @28x28 and 32->64 @14x14,
-// relu, 2x2 max-pool, forward + backward with autograd, 1 thread, median of 3-5, ms per step):
-//   nchw (plain, gemm-based conv) 90-106 | channels-last 39 | blocked (reorders at the boundary) 53-65.
-// Per primitive, brgemm/jit NHWC conv matches blocked (32->64: fwd 7.7 vs 8.2 ms, bwd-data 8.4 vs
-// 8.3, bwd-weights 7.5 vs 8.4; NCHW 19-23), and channels-last needs no reorders at all since
-// elementwise ops keep their input's layout (empty_like_dense) and 2x2 max-pooling on NHWC runs
-// at memory speed (pool.cpp), while blocked pays ~8 ms of reorders per step.
-// Default: channels-last (AXLE_CONV_LAYOUT=nchw|nhwc|blocked overrides).
-// Known weak spot: backward-data of a 1-channel input in NHWC (9 ms vs 2.6 NCHW); training never
-// asks for it (the images need no gradient).
+// 2-D convolution: shape rules and vjps of conv2d and its backward ops (input, weight + bias).
+// The oneDNN kernels and their layout choices are in src/backend/cpu/kernels/conv.cpp.
 
 #include "axle/ops.h"
-#include "backend/cpu/dnnl.h"
-#include "backend/cpu/loops.h"
 #include "ops/op.h"
+#include "ops/conv.h"
 
 namespace axle::ops {
 namespace {
-
-namespace dg = cpu::dnnl_glue;
-using dnnl::memory;
-using tag = dnnl::memory::format_tag;
-
-struct Geom {
-  int64_t N, C, H, W, O, kh, kw, OH, OW, sh, sw, ph, pw, dh, dw, g;
-  memory::dims strides() const { return {sh, sw}; }
-  memory::dims dilates() const { return {dh - 1, dw - 1}; }
-  memory::dims pad_l() const { return {ph, pw}; }
-  memory::dims pad_r() const {
-    return {(OH - 1) * sh + (kh - 1) * dh + 1 - H - ph, (OW - 1) * sw + (kw - 1) * dw + 1 - W - pw};
-  }
-  Shape src() const { return {N, C, H, W}; }
-  Shape dst() const { return {N, O, OH, OW}; }
-  Shape wei() const { return {O, C / g, kh, kw}; }
-  memory::dims wei_dims() const {
-    if (g == 1) return {O, C / g, kh, kw};
-    return {g, O / g, C / g, kh, kw};
-  }
-};
 
 void check_conv_attrs(const Attrs& a, size_t n, const char* op) {
   AXLE_CHECK(a.ints.size() == n, "[", op, "] expected ", n, " int attributes, got ", a.ints.size());
@@ -55,10 +17,12 @@ void check_conv_attrs(const Attrs& a, size_t n, const char* op) {
   AXLE_CHECK(i[6] > 0, "[", op, "] expected positive groups, got ", i[6]);
 }
 
+}  // namespace
+
 // Geometry from input [N, C, H, W], weight [O, C/g, kh, kw] shapes and the 7 conv ints.
-Geom make_geom(const Shape& x, const Shape& w, const Attrs& a, const char* op) {
+ConvGeom conv_geom(const Shape& x, const Shape& w, const Attrs& a, const char* op) {
   const auto& i = a.ints;
-  Geom q{};
+  ConvGeom q{};
   q.N = x[0]; q.C = x[1]; q.H = x[2]; q.W = x[3];
   q.O = w[0]; q.kh = w[2]; q.kw = w[3];
   q.sh = i[0]; q.sw = i[1]; q.ph = i[2]; q.pw = i[3]; q.dh = i[4]; q.dw = i[5]; q.g = i[6];
@@ -76,68 +40,7 @@ Geom make_geom(const Shape& x, const Shape& w, const Attrs& a, const char* op) {
   return q;
 }
 
-// The primitive's activation layout for the current mode; tag::any for blocked.
-memory::desc inner_act(const Shape& s, dg::ConvMode m) {
-  memory::dims d(s.begin(), s.end());
-  if (m == dg::ConvMode::Blocked) return memory::desc(d, memory::data_type::f32, tag::any);
-  return memory::desc(d, memory::data_type::f32, m == dg::ConvMode::ChannelsLast ? tag::nhwc : tag::nchw);
-}
-dg::Layout out_layout(dg::ConvMode m) {
-  return m == dg::ConvMode::ChannelsLast ? dg::Layout::NHWC : dg::Layout::NCHW;
-}
-
-// The user tensor's layout as a descriptor (canonical strides when dense in a plain layout, preferring `pref`).
-memory::desc user_act(const Tensor& t, dg::Layout pref) {
-  const dg::Layout other = pref == dg::Layout::NCHW ? dg::Layout::NHWC : dg::Layout::NCHW;
-  for (dg::Layout l : {pref, other})
-    if (dg::is_dense(t, l)) return dg::strided_desc(t.shape(), dg::layout_strides(t.shape(), l), kFloat32);
-  return dg::desc_of(t);
-}
-Shape act_strides(const memory::desc& d) {
-  auto s = d.data.format_desc.blocking.strides;
-  return Shape(s, s + d.data.ndims);
-}
-memory::desc user_wei(const Tensor& w, const Geom& q) {
-  memory::desc d = dg::desc_of(w);
-  if (q.g == 1) return d;
-  Shape st = act_strides(d);
-  return dg::strided_desc({q.g, q.O / q.g, q.C / q.g, q.kh, q.kw}, {st[0] * (q.O / q.g), st[0], st[1], st[2], st[3]},
-                          kFloat32);
-}
-memory::desc any_wei(const Geom& q) { return memory::desc(q.wei_dims(), memory::data_type::f32, tag::any); }
-memory::desc bias_desc(const Geom& q) { return memory::desc({q.O}, memory::data_type::f32, tag::x); }
-
-dg::Key conv_key(const char* op, const Geom& q, dg::ConvMode m) {
-  dg::Key k(op);
-  k << int64_t(m) << q.N << q.C << q.H << q.W << q.O << q.kh << q.kw << q.sh << q.sw << q.ph << q.pw << q.dh << q.dw
-    << q.g;
-  return k;
-}
-
-dnnl::convolution_forward::primitive_desc fwd_pd(const Geom& q, const memory::desc& src, const memory::desc& wei,
-                                                 const memory::desc* bias, const memory::desc& dst, bool relu = false) {
-  auto d = bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training,
-                                                  dnnl::algorithm::convolution_direct, src, wei, *bias, dst,
-                                                  q.strides(), q.dilates(), q.pad_l(), q.pad_r())
-                : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training,
-                                                  dnnl::algorithm::convolution_direct, src, wei, dst, q.strides(),
-                                                  q.dilates(), q.pad_l(), q.pad_r());
-  dnnl::primitive_attr attr = dg::default_attr();
-  if (relu) {  // a relu epilogue, fused by the compiler (src/compiler/fusion.cpp)
-    dnnl::post_ops po;
-    po.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
-    attr.set_post_ops(po);
-  }
-  return dnnl::convolution_forward::primitive_desc(d, attr, dg::engine());
-}
-
-// ------------------------------------------------------------------ forward
-struct FwdEntry {
-  dnnl::convolution_forward prim;
-  dg::Slot src, wei, dst;
-  memory::desc bias;
-  size_t scratch = 0;
-};
+namespace {
 
 std::vector<Meta> conv_infer(const Tensors& in, const Attrs& a) {
   check_defined(in[0], "conv2d", "input");
@@ -149,48 +52,13 @@ std::vector<Meta> conv_infer(const Tensors& in, const Attrs& a) {
              x.dtype(), " and ", w.dtype());
   // 7 ints, or 8 when the compiler fused a relu epilogue (ints[7] = 1).
   check_conv_attrs(a, a.ints.size() == 8 ? 8 : 7, "conv2d");
-  Geom q = make_geom(x.shape(), w.shape(), a, "conv2d");
+  ConvGeom q = conv_geom(x.shape(), w.shape(), a, "conv2d");
   if (in.size() > 2 && in[2].defined()) {
     AXLE_CHECK(in[2].dim() == 1 && in[2].shape()[0] == q.O && in[2].dtype() == kFloat32,
                "[conv2d] expected a float32 bias of shape [", q.O, "], got ", shape_str(in[2].shape()), " ",
                in[2].dtype());
   }
   return {{q.dst(), kFloat32}};
-}
-
-Tensors conv_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>& m) {
-  const dg::ConvMode mode = dg::conv_mode();
-  Tensor x = dg::describable(in[0]), w = dg::describable(in[1]);
-  // The bias is read densely (oneDNN kernels ignore a strided bias descriptor).
-  Tensor b = in.size() > 2 && in[2].defined() ? cpu::contiguous_as(in[2], kFloat32) : Tensor();
-  Geom q = make_geom(x.shape(), w.shape(), a, "conv2d");
-  Tensor y = dg::empty_4d(q.dst(), out_layout(mode));
-  if (y.numel() == 0) return {y};
-  memory::desc ux = user_act(x, out_layout(mode)), uw = user_wei(w, q);
-  memory::desc uy = dg::strided_desc(y.shape(), y.strides(), kFloat32);
-  const bool relu = a.ints.size() > 7 && a.ints[7] != 0;
-  dg::Key key = conv_key("conv_fwd", q, mode);
-  key << act_strides(ux) << act_strides(uw) << int64_t(b.defined()) << int64_t(relu);
-  auto e = dg::cached<FwdEntry>(key, [&] {
-    auto e = std::make_shared<FwdEntry>();
-    memory::desc bd = bias_desc(q);
-    auto pd = fwd_pd(q, inner_act(q.src(), mode), any_wei(q), b.defined() ? &bd : nullptr, inner_act(q.dst(), mode),
-                     relu);
-    e->prim = dnnl::convolution_forward(pd);
-    e->src.init_input(ux, pd.src_desc());
-    e->wei.init_input(uw, pd.weights_desc());
-    e->dst.init_output(uy, pd.dst_desc());
-    if (b.defined()) e->bias = bd;
-    e->scratch = pd.scratchpad_desc().get_size();
-    return e;
-  });
-  dg::Exec ex;
-  ex.arg(DNNL_ARG_SRC, ex.input(e->src, x));
-  ex.arg(DNNL_ARG_WEIGHTS, ex.input(e->wei, w));
-  if (b.defined()) ex.arg(DNNL_ARG_BIAS, ex.wrap(e->bias, b));
-  ex.arg(DNNL_ARG_DST, ex.output(e->dst, y));
-  ex.run(e->prim, e->scratch);
-  return {y};
 }
 
 Tensors conv_vjp(const VjpArgs& v) {
@@ -217,20 +85,13 @@ Tensors conv_vjp(const VjpArgs& v) {
   return r;
 }
 
-// ------------------------------------------------------------------ backward data
-struct BwdDataEntry {
-  dnnl::convolution_backward_data prim;
-  dg::Slot diff_dst, wei, diff_src;
-  size_t scratch = 0;
-};
-
 std::vector<Meta> conv_bwd_input_infer(const Tensors& in, const Attrs& a) {
   check_defined(in[0], "conv2d_backward_input", "grad");
   check_defined(in[1], "conv2d_backward_input", "weight");
   check_conv_attrs(a, 11, "conv2d_backward_input");
   Shape xs(a.ints.begin() + 7, a.ints.end());
   AXLE_CHECK(in[1].dim() == 4, "[conv2d_backward_input] expected a 4-D weight, got ", shape_str(in[1].shape()));
-  Geom q = make_geom(xs, in[1].shape(), a, "conv2d_backward_input");
+  ConvGeom q = conv_geom(xs, in[1].shape(), a, "conv2d_backward_input");
   AXLE_CHECK(in[0].shape() == q.dst(), "[conv2d_backward_input] expected grad of shape ", shape_str(q.dst()), ", got ",
              shape_str(in[0].shape()));
   AXLE_CHECK(in[0].dtype() == kFloat32 && in[1].dtype() == kFloat32,
@@ -238,53 +99,13 @@ std::vector<Meta> conv_bwd_input_infer(const Tensors& in, const Attrs& a) {
   return {{xs, kFloat32}};
 }
 
-Tensors conv_bwd_input_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>& m) {
-  const dg::ConvMode mode = dg::conv_mode();
-  Tensor gy = dg::describable(in[0]), w = dg::describable(in[1]);
-  Geom q = make_geom(m[0].shape, w.shape(), a, "conv2d_backward_input");
-  Tensor gx = dg::empty_4d(q.src(), out_layout(mode));
-  if (gx.numel() == 0) return {gx};
-  memory::desc ugy = user_act(gy, out_layout(mode)), uw = user_wei(w, q);
-  memory::desc ugx = dg::strided_desc(gx.shape(), gx.strides(), kFloat32);
-  dg::Key key = conv_key("conv_bwd_data", q, mode);
-  key << act_strides(ugy) << act_strides(uw);
-  auto e = dg::cached<BwdDataEntry>(key, [&] {
-    auto e = std::make_shared<BwdDataEntry>();
-    memory::desc sd = inner_act(q.src(), mode), dd = inner_act(q.dst(), mode), wd = any_wei(q);
-    auto hint = fwd_pd(q, sd, wd, nullptr, dd);
-    dnnl::convolution_backward_data::desc d(dnnl::algorithm::convolution_direct, sd, wd, dd, q.strides(),
-                                            q.dilates(), q.pad_l(), q.pad_r());
-    dnnl::convolution_backward_data::primitive_desc pd(d, dg::default_attr(), dg::engine(), hint);
-    e->prim = dnnl::convolution_backward_data(pd);
-    e->diff_dst.init_input(ugy, pd.diff_dst_desc());
-    e->wei.init_input(uw, pd.weights_desc());
-    e->diff_src.init_output(ugx, pd.diff_src_desc());
-    e->scratch = pd.scratchpad_desc().get_size();
-    return e;
-  });
-  dg::Exec ex;
-  ex.arg(DNNL_ARG_DIFF_DST, ex.input(e->diff_dst, gy));
-  ex.arg(DNNL_ARG_WEIGHTS, ex.input(e->wei, w));
-  ex.arg(DNNL_ARG_DIFF_SRC, ex.output(e->diff_src, gx));
-  ex.run(e->prim, e->scratch);
-  return {gx};
-}
-
-// ------------------------------------------------------------------ backward weights (+ bias)
-struct BwdWeiEntry {
-  dnnl::convolution_backward_weights prim;
-  dg::Slot src, diff_dst, diff_wei;
-  memory::desc diff_bias;
-  size_t scratch = 0;
-};
-
 std::vector<Meta> conv_bwd_weight_infer(const Tensors& in, const Attrs& a) {
   check_defined(in[0], "conv2d_backward_weight", "grad");
   check_defined(in[1], "conv2d_backward_weight", "input");
   check_conv_attrs(a, 12, "conv2d_backward_weight");
   AXLE_CHECK(in[1].dim() == 4, "[conv2d_backward_weight] expected a 4-D input, got ", shape_str(in[1].shape()));
   Shape ws(a.ints.begin() + 7, a.ints.begin() + 11);
-  Geom q = make_geom(in[1].shape(), ws, a, "conv2d_backward_weight");
+  ConvGeom q = conv_geom(in[1].shape(), ws, a, "conv2d_backward_weight");
   AXLE_CHECK(in[0].shape() == q.dst(), "[conv2d_backward_weight] expected grad of shape ", shape_str(q.dst()),
              ", got ", shape_str(in[0].shape()));
   AXLE_CHECK(in[0].dtype() == kFloat32 && in[1].dtype() == kFloat32,
@@ -294,53 +115,13 @@ std::vector<Meta> conv_bwd_weight_infer(const Tensors& in, const Attrs& a) {
   return out;
 }
 
-Tensors conv_bwd_weight_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>& m) {
-  const dg::ConvMode mode = dg::conv_mode();
-  Tensor gy = dg::describable(in[0]), x = dg::describable(in[1]);
-  const bool with_bias = a.ints[11] != 0;
-  Geom q = make_geom(x.shape(), m[0].shape, a, "conv2d_backward_weight");
-  Tensor gw = make_tensor(q.wei(), kFloat32);
-  Tensor gb = with_bias ? make_tensor({q.O}, kFloat32) : Tensor();
-  Tensors out{gw};
-  if (with_bias) out.push_back(gb);
-  if (q.N == 0 || q.OH * q.OW == 0) {
-    for (Tensor& t : out) std::fill(t.data<float>(), t.data<float>() + t.numel(), 0.0f);
-    return out;
-  }
-  memory::desc ugy = user_act(gy, out_layout(mode)), ux = user_act(x, out_layout(mode)), ugw = user_wei(gw, q);
-  dg::Key key = conv_key("conv_bwd_weights", q, mode);
-  key << act_strides(ugy) << act_strides(ux) << int64_t(with_bias);
-  auto e = dg::cached<BwdWeiEntry>(key, [&] {
-    auto e = std::make_shared<BwdWeiEntry>();
-    memory::desc sd = inner_act(q.src(), mode), dd = inner_act(q.dst(), mode), wd = any_wei(q), bd = bias_desc(q);
-    auto hint = fwd_pd(q, sd, wd, with_bias ? &bd : nullptr, dd);
-    auto d = with_bias ? dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, sd, wd, bd, dd,
-                                                                  q.strides(), q.dilates(), q.pad_l(), q.pad_r())
-                       : dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, sd, wd, dd,
-                                                                  q.strides(), q.dilates(), q.pad_l(), q.pad_r());
-    dnnl::convolution_backward_weights::primitive_desc pd(d, dg::default_attr(), dg::engine(), hint);
-    e->prim = dnnl::convolution_backward_weights(pd);
-    e->src.init_input(ux, pd.src_desc());
-    e->diff_dst.init_input(ugy, pd.diff_dst_desc());
-    e->diff_wei.init_output(ugw, pd.diff_weights_desc());
-    if (with_bias) e->diff_bias = bd;
-    e->scratch = pd.scratchpad_desc().get_size();
-    return e;
-  });
-  dg::Exec ex;
-  ex.arg(DNNL_ARG_SRC, ex.input(e->src, x));
-  ex.arg(DNNL_ARG_DIFF_DST, ex.input(e->diff_dst, gy));
-  ex.arg(DNNL_ARG_DIFF_WEIGHTS, ex.output(e->diff_wei, gw));
-  if (with_bias) ex.arg(DNNL_ARG_DIFF_BIAS, ex.wrap(e->diff_bias, gb));
-  ex.run(e->prim, e->scratch);
-  return out;
-}
-
 }  // namespace
 
-AXLE_REGISTER_OP(Conv2d, {.infer = conv_infer, .cpu = conv_cpu, .vjp = conv_vjp});
-AXLE_REGISTER_OP(Conv2dBackwardInput, {.infer = conv_bwd_input_infer, .cpu = conv_bwd_input_cpu});
-AXLE_REGISTER_OP(Conv2dBackwardWeight, {.infer = conv_bwd_weight_infer, .cpu = conv_bwd_weight_cpu});
+void register_conv_ops() {
+  register_op(OpKind::Conv2d, {.infer = conv_infer, .vjp = conv_vjp});
+  register_op(OpKind::Conv2dBackwardInput, {.infer = conv_bwd_input_infer});
+  register_op(OpKind::Conv2dBackwardWeight, {.infer = conv_bwd_weight_infer});
+}
 
 }  // namespace axle::ops
 

@@ -2,13 +2,15 @@
 #include <array>
 #include <cmath>
 #include <cstdlib>
-#include <optional>
 #include <cstring>
+#include <mutex>
+#include <optional>
 
 #include "axle/autograd.h"
 #include "axle/metrics.h"
 #include "axle/ops.h"
 #include "autograd/node.h"
+#include "backend/kernels.h"
 #include "lazy/ir.h"
 #include "ops/op.h"
 
@@ -68,8 +70,26 @@ void check_finite(const Tensor& t, const std::string& what) {
             shape_str(t.shape()), " (AXLE_CHECK_NUMERICS=1)");
 }
 
+void ensure_registered() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    register_elementwise_ops();
+    register_shape_ops();
+    register_index_ops();
+    register_reduce_ops();
+    register_linalg_ops();
+    register_conv_ops();
+    register_pool_ops();
+    register_fused_ops();
+    register_collective_ops();
+  });
+}
+
 void register_op(OpKind k, const OpDef& d) { table()[size_t(k)] = d; }
-const OpDef& op_def(OpKind k) { return table()[size_t(k)]; }
+const OpDef& op_def(OpKind k) {
+  ensure_registered();
+  return table()[size_t(k)];
+}
 const char* op_name(OpKind k) { return kNames[size_t(k)]; }
 OpKind op_from_name(const std::string& name) {
   for (size_t i = 0; i < kNumOps; ++i)
@@ -79,7 +99,7 @@ OpKind op_from_name(const std::string& name) {
 
 Tensors call(OpKind k, const Tensors& in, const Attrs& a) {
   const OpDef& d = op_def(k);
-  AXLE_CHECK(d.infer && d.cpu, "[", op_name(k), "] op has no registered definition");
+  AXLE_CHECK(d.infer, "[", op_name(k), "] op has no registered definition");
   // All inputs live on one device; a 0-d cpu tensor (a scalar) may join any device.
   Device dev = kCPU;
   bool have = false;
@@ -107,9 +127,9 @@ Tensors call(OpKind k, const Tensors& in, const Attrs& a) {
     static metrics::Timer* timers[size_t(OpKind::kNumOps)] = {};
     if (!timers[size_t(k)]) timers[size_t(k)] = &metrics::timer(kOpTimerNames[size_t(k)]);
     metrics::ScopedTimer t(*timers[size_t(k)]);
-    out = d.cpu(in, a, metas);
+    out = backend::kernel(dev.type, k)(in, a, metas);
   } else {
-    out = d.cpu(in, a, metas);
+    out = backend::kernel(dev.type, k)(in, a, metas);
   }
   if (dev.is_cpu() && checking_numerics()) [[unlikely]]
     for (size_t j = 0; j < out.size(); ++j)

@@ -1,10 +1,11 @@
 // Elementwise ops: unary, binary with broadcasting, where, cast, copy.
-// Each op: shape rule (infer), cpu kernel, vjp — registered below against ops.def.
+// Each op: shape rule (infer) and vjp, registered below against ops.def; the cpu kernels
+// are in src/backend/cpu/kernels/elementwise.cpp.
 #include <cmath>
 
 #include "axle/ops.h"
-#include "backend/cpu/loops.h"
 #include "ops/op.h"
+#include "ops/elementwise.h"
 
 namespace axle::ops {
 
@@ -27,73 +28,7 @@ void check_defined(const Tensor& t, const char* op, const char* arg) {
 
 namespace {
 
-#define AXLE_SWITCH_TYPES(dt, opname, ...)                                             \
-  switch (dt) {                                                                        \
-    case DType::Float32: { using T = float; __VA_ARGS__; break; }                      \
-    case DType::Int64: { using T = int64_t; __VA_ARGS__; break; }                      \
-    case DType::Int32: { using T = int32_t; __VA_ARGS__; break; }                      \
-    case DType::Bool:                                                                  \
-    case DType::UInt8: { using T = uint8_t; __VA_ARGS__; break; }                      \
-    default: AXLE_FAIL("[", opname, "] dtype ", dt, " is not supported on cpu yet");   \
-  }
-
 bool is_compare(OpKind k) { return op_info(k).has(kCompare); }
-
-// ------------------------------------------------------------------ unary
-// A kernel body runs either over a TensorIter (eager) or on one raw run of
-// pointers (the fused-elementwise kernel's tiles).
-struct IterExec {
-  const cpu::TensorIter& it;
-  template <class K> void operator()(K&& k) const { it.run(k); }
-};
-struct RawExec {
-  char** p;
-  const int64_t* s;
-  int64_t n;
-  template <class K> void operator()(K&& k) const { k(p, s, n); }
-};
-
-template <class T, class R, class Exec, class F>
-void unary_run(const Exec& ex, F f) {
-  ex([f](char** p, const int64_t* s, int64_t n) {
-    R* o = reinterpret_cast<R*>(p[0]);
-    const T* a = reinterpret_cast<const T*>(p[1]);
-    if (s[0] == sizeof(R) && s[1] == sizeof(T)) {
-      for (int64_t i = 0; i < n; ++i) o[i] = f(a[i]);
-    } else {
-      for (int64_t i = 0; i < n; ++i)
-        *reinterpret_cast<R*>(p[0] + i * s[0]) = f(*reinterpret_cast<const T*>(p[1] + i * s[1]));
-    }
-  });
-}
-
-constexpr float kInvSqrt2 = 0.70710678118654752f;
-constexpr float kInvSqrt2Pi = 0.39894228040143268f;
-
-template <class T, class Exec>
-void unary_typed(OpKind k, const Exec& it) {
-  switch (k) {
-    case OpKind::Neg: unary_run<T, T>(it, [](T x) { return T(-x); }); return;
-    case OpKind::Abs: unary_run<T, T>(it, [](T x) { return x < T(0) ? T(-x) : x; }); return;
-    case OpKind::Relu: unary_run<T, T>(it, [](T x) { return x > T(0) ? x : T(0); }); return;
-    default: break;
-  }
-  if constexpr (std::is_same_v<T, float>) {
-    switch (k) {
-      case OpKind::Exp: unary_run<T, T>(it, [](float x) { return std::exp(x); }); return;
-      case OpKind::Log: unary_run<T, T>(it, [](float x) { return std::log(x); }); return;
-      case OpKind::Sqrt: unary_run<T, T>(it, [](float x) { return std::sqrt(x); }); return;
-      case OpKind::Rsqrt: unary_run<T, T>(it, [](float x) { return 1.0f / std::sqrt(x); }); return;
-      case OpKind::Sigmoid: unary_run<T, T>(it, [](float x) { return 1.0f / (1.0f + std::exp(-x)); }); return;
-      case OpKind::Tanh: unary_run<T, T>(it, [](float x) { return std::tanh(x); }); return;
-      case OpKind::Gelu:
-        unary_run<T, T>(it, [](float x) { return 0.5f * x * (1.0f + std::erf(x * kInvSqrt2)); });
-        return;
-      default: break;
-    }
-  }
-  AXLE_FAIL("[", op_name(k), "] not supported for this dtype");
-}
 
 DType unary_dtype(OpKind k, DType in) {
   if (is_float_op(k) && !is_floating(in)) return kFloat32;
@@ -107,77 +42,15 @@ std::vector<Meta> unary_infer(const Tensors& in, const Attrs&) {
   return {{in[0].shape(), unary_dtype(K, in[0].dtype())}};
 }
 
-template <OpKind K>
-Tensors unary_cpu(const Tensors& in, const Attrs&, const std::vector<Meta>& m) {
-  Tensor x = in[0].dtype() == m[0].dtype ? in[0] : cpu::cast_cpu(in[0], m[0].dtype);
-  Tensor out = cpu::empty_like_dense(m[0].shape, m[0].dtype, {&x});
-  cpu::TensorIter it(out, {&x});
-  AXLE_SWITCH_TYPES(m[0].dtype, op_name(K), unary_typed<T>(K, IterExec{it}));
-  return {out};
-}
-
-// ------------------------------------------------------------------ binary
-template <class T, class R, class Exec, class F>
-void binary_run(const Exec& ex, F f) {
-  ex([f](char** p, const int64_t* s, int64_t n) {
-    R* o = reinterpret_cast<R*>(p[0]);
-    const T* a = reinterpret_cast<const T*>(p[1]);
-    const T* b = reinterpret_cast<const T*>(p[2]);
-    constexpr int64_t sr = sizeof(R), st = sizeof(T);
-    if (s[0] == sr && s[1] == st && s[2] == st) {
-      for (int64_t i = 0; i < n; ++i) o[i] = f(a[i], b[i]);
-    } else if (s[0] == sr && s[1] == st && s[2] == 0) {
-      const T bv = *b;
-      for (int64_t i = 0; i < n; ++i) o[i] = f(a[i], bv);
-    } else if (s[0] == sr && s[1] == 0 && s[2] == st) {
-      const T av = *a;
-      for (int64_t i = 0; i < n; ++i) o[i] = f(av, b[i]);
-    } else {
-      for (int64_t i = 0; i < n; ++i)
-        *reinterpret_cast<R*>(p[0] + i * s[0]) =
-            f(*reinterpret_cast<const T*>(p[1] + i * s[1]), *reinterpret_cast<const T*>(p[2] + i * s[2]));
-    }
-  });
-}
-
-template <class T, class Exec>
-void binary_typed(OpKind k, const Exec& it) {
-  switch (k) {
-    case OpKind::Add: binary_run<T, T>(it, [](T x, T y) { return T(x + y); }); return;
-    case OpKind::Sub: binary_run<T, T>(it, [](T x, T y) { return T(x - y); }); return;
-    case OpKind::Mul: binary_run<T, T>(it, [](T x, T y) { return T(x * y); }); return;
-    case OpKind::ReluBackward: binary_run<T, T>(it, [](T g, T y) { return y > T(0) ? g : T(0); }); return;
-    case OpKind::Maximum: binary_run<T, T>(it, [](T x, T y) { return x > y || x != x ? x : y; }); return;
-    case OpKind::Minimum: binary_run<T, T>(it, [](T x, T y) { return x < y || x != x ? x : y; }); return;
-    case OpKind::Eq: binary_run<T, uint8_t>(it, [](T x, T y) { return uint8_t(x == y); }); return;
-    case OpKind::Ne: binary_run<T, uint8_t>(it, [](T x, T y) { return uint8_t(x != y); }); return;
-    case OpKind::Lt: binary_run<T, uint8_t>(it, [](T x, T y) { return uint8_t(x < y); }); return;
-    case OpKind::Le: binary_run<T, uint8_t>(it, [](T x, T y) { return uint8_t(x <= y); }); return;
-    case OpKind::Gt: binary_run<T, uint8_t>(it, [](T x, T y) { return uint8_t(x > y); }); return;
-    case OpKind::Ge: binary_run<T, uint8_t>(it, [](T x, T y) { return uint8_t(x >= y); }); return;
-    default: break;
-  }
-  if constexpr (std::is_same_v<T, float>) {
-    switch (k) {
-      case OpKind::Div: binary_run<T, T>(it, [](float x, float y) { return x / y; }); return;
-      case OpKind::Pow: binary_run<T, T>(it, [](float x, float y) { return std::pow(x, y); }); return;
-      case OpKind::GeluBackward:  // (grad, x)
-        binary_run<T, T>(it, [](float g, float x) {
-          float cdf = 0.5f * (1.0f + std::erf(x * kInvSqrt2));
-          return g * (cdf + x * kInvSqrt2Pi * std::exp(-0.5f * x * x));
-        });
-        return;
-      default: break;
-    }
-  }
-  AXLE_FAIL("[", op_name(k), "] not supported for this dtype");
-}
+}  // namespace
 
 DType binary_compute_dtype(OpKind k, DType a, DType b) {
   DType t = promote(a, b);
   if (is_float_op(k) && !is_floating(t)) t = kFloat32;
   return t;
 }
+
+namespace {
 
 template <OpKind K>
 std::vector<Meta> binary_infer(const Tensors& in, const Attrs&) {
@@ -186,17 +59,6 @@ std::vector<Meta> binary_infer(const Tensors& in, const Attrs&) {
   Shape s = broadcast_shape(in[0].shape(), in[1].shape(), op_name(K));
   DType ct = binary_compute_dtype(K, in[0].dtype(), in[1].dtype());
   return {{s, is_compare(K) ? kBool : ct}};
-}
-
-template <OpKind K>
-Tensors binary_cpu(const Tensors& in, const Attrs&, const std::vector<Meta>& m) {
-  DType ct = binary_compute_dtype(K, in[0].dtype(), in[1].dtype());
-  Tensor a = in[0].dtype() == ct ? in[0] : cpu::cast_cpu(in[0], ct);
-  Tensor b = in[1].dtype() == ct ? in[1] : cpu::cast_cpu(in[1], ct);
-  Tensor out = cpu::empty_like_dense(m[0].shape, m[0].dtype, {&a, &b});
-  cpu::TensorIter it(out, {&a, &b});
-  AXLE_SWITCH_TYPES(ct, op_name(K), binary_typed<T>(K, IterExec{it}));
-  return {out};
 }
 
 // ------------------------------------------------------------------ where / cast / copy
@@ -209,43 +71,15 @@ std::vector<Meta> where_infer(const Tensors& in, const Attrs&) {
   return {{s, promote(in[1].dtype(), in[2].dtype())}};
 }
 
-template <class T, class Exec>
-void where_typed(const Exec& ex) {
-  ex([](char** p, const int64_t* s, int64_t n) {
-    for (int64_t i = 0; i < n; ++i)
-      *reinterpret_cast<T*>(p[0] + i * s[0]) = *reinterpret_cast<const uint8_t*>(p[1] + i * s[1])
-                                                  ? *reinterpret_cast<const T*>(p[2] + i * s[2])
-                                                  : *reinterpret_cast<const T*>(p[3] + i * s[3]);
-  });
-}
-
-Tensors where_cpu(const Tensors& in, const Attrs&, const std::vector<Meta>& m) {
-  DType ct = m[0].dtype;
-  Tensor c = in[0], a = in[1].dtype() == ct ? in[1] : cpu::cast_cpu(in[1], ct);
-  Tensor b = in[2].dtype() == ct ? in[2] : cpu::cast_cpu(in[2], ct);
-  Tensor out = cpu::empty_like_dense(m[0].shape, ct, {&a, &b, &c});
-  cpu::TensorIter it(out, {&c, &a, &b});
-  AXLE_SWITCH_TYPES(ct, "where", where_typed<T>(IterExec{it}));
-  return {out};
-}
-
 std::vector<Meta> cast_infer(const Tensors& in, const Attrs& a) {
   check_defined(in[0], "cast", "input");
   AXLE_CHECK(a.ints.size() == 1, "[cast] expected the target dtype attribute");
   return {{in[0].shape(), DType(a.ints[0])}};
 }
-Tensors cast_cpu_op(const Tensors& in, const Attrs&, const std::vector<Meta>& m) {
-  return {cpu::cast_cpu(in[0], m[0].dtype)};
-}
 
 std::vector<Meta> copy_infer(const Tensors& in, const Attrs&) {
   check_defined(in[0], "copy", "input");
   return {{in[0].shape(), in[0].dtype()}};
-}
-Tensors copy_cpu(const Tensors& in, const Attrs&, const std::vector<Meta>& m) {
-  Tensor out = make_tensor(m[0].shape, m[0].dtype);
-  cpu::copy_into(out, in[0]);
-  return {out};
 }
 
 // ------------------------------------------------------------------ vjps
@@ -334,53 +168,40 @@ DType elementwise_compute_dtype(OpKind k, const std::vector<DType>& in) {
   return binary_compute_dtype(k, in[0], in[1]);
 }
 
-void elementwise_raw(OpKind k, DType ct, char** p, const int64_t* s, int64_t n) {
-  RawExec ex{p, s, n};
-  if (k == OpKind::Where) {
-    AXLE_SWITCH_TYPES(ct, "where", where_typed<T>(ex));
-  } else if (k == OpKind::Cast) {
-    AXLE_FAIL("[fused] internal: casts run through cpu::cast_raw");
-  } else {
-    if (op_info(k).has(kUnary)) {
-      AXLE_SWITCH_TYPES(ct, op_name(k), unary_typed<T>(k, ex));
-    } else {
-      AXLE_SWITCH_TYPES(ct, op_name(k), binary_typed<T>(k, ex));
-    }
-  }
-}
-
-#define AXLE_UNARY(K, VJP) AXLE_REGISTER_OP(K, {.infer = unary_infer<OpKind::K>, .cpu = unary_cpu<OpKind::K>, .vjp = VJP})
-AXLE_UNARY(Neg, vjp_neg);
-AXLE_UNARY(Exp, vjp_exp);
-AXLE_UNARY(Log, vjp_log);
-AXLE_UNARY(Sqrt, vjp_sqrt);
-AXLE_UNARY(Rsqrt, vjp_rsqrt);
-AXLE_UNARY(Abs, vjp_abs);
-AXLE_UNARY(Relu, vjp_relu);
-AXLE_UNARY(Gelu, vjp_gelu);
-AXLE_UNARY(Sigmoid, vjp_sigmoid);
-AXLE_UNARY(Tanh, vjp_tanh);
+void register_elementwise_ops() {
+#define AXLE_UNARY(K, VJP) register_op(OpKind::K, {.infer = unary_infer<OpKind::K>, .vjp = VJP})
+  AXLE_UNARY(Neg, vjp_neg);
+  AXLE_UNARY(Exp, vjp_exp);
+  AXLE_UNARY(Log, vjp_log);
+  AXLE_UNARY(Sqrt, vjp_sqrt);
+  AXLE_UNARY(Rsqrt, vjp_rsqrt);
+  AXLE_UNARY(Abs, vjp_abs);
+  AXLE_UNARY(Relu, vjp_relu);
+  AXLE_UNARY(Gelu, vjp_gelu);
+  AXLE_UNARY(Sigmoid, vjp_sigmoid);
+  AXLE_UNARY(Tanh, vjp_tanh);
 #undef AXLE_UNARY
-AXLE_REGISTER_OP(Cast, {.infer = cast_infer, .cpu = cast_cpu_op, .vjp = vjp_cast});
-AXLE_REGISTER_OP(Copy, {.infer = copy_infer, .cpu = copy_cpu, .vjp = vjp_copy});
-#define AXLE_BINARY(K, VJP) AXLE_REGISTER_OP(K, {.infer = binary_infer<OpKind::K>, .cpu = binary_cpu<OpKind::K>, .vjp = VJP})
-AXLE_BINARY(Add, vjp_add);
-AXLE_BINARY(Sub, vjp_sub);
-AXLE_BINARY(Mul, vjp_mul);
-AXLE_BINARY(Div, vjp_div);
-AXLE_BINARY(Pow, vjp_pow);
-AXLE_BINARY(Maximum, vjp_maximum);
-AXLE_BINARY(Minimum, vjp_minimum);
-AXLE_BINARY(GeluBackward, nullptr);
-AXLE_BINARY(ReluBackward, nullptr);
-AXLE_BINARY(Eq, nullptr);
-AXLE_BINARY(Ne, nullptr);
-AXLE_BINARY(Lt, nullptr);
-AXLE_BINARY(Le, nullptr);
-AXLE_BINARY(Gt, nullptr);
-AXLE_BINARY(Ge, nullptr);
+  register_op(OpKind::Cast, {.infer = cast_infer, .vjp = vjp_cast});
+  register_op(OpKind::Copy, {.infer = copy_infer, .vjp = vjp_copy});
+#define AXLE_BINARY(K, VJP) register_op(OpKind::K, {.infer = binary_infer<OpKind::K>, .vjp = VJP})
+  AXLE_BINARY(Add, vjp_add);
+  AXLE_BINARY(Sub, vjp_sub);
+  AXLE_BINARY(Mul, vjp_mul);
+  AXLE_BINARY(Div, vjp_div);
+  AXLE_BINARY(Pow, vjp_pow);
+  AXLE_BINARY(Maximum, vjp_maximum);
+  AXLE_BINARY(Minimum, vjp_minimum);
+  AXLE_BINARY(GeluBackward, nullptr);
+  AXLE_BINARY(ReluBackward, nullptr);
+  AXLE_BINARY(Eq, nullptr);
+  AXLE_BINARY(Ne, nullptr);
+  AXLE_BINARY(Lt, nullptr);
+  AXLE_BINARY(Le, nullptr);
+  AXLE_BINARY(Gt, nullptr);
+  AXLE_BINARY(Ge, nullptr);
 #undef AXLE_BINARY
-AXLE_REGISTER_OP(Where, {.infer = where_infer, .cpu = where_cpu, .vjp = vjp_where});
+  register_op(OpKind::Where, {.infer = where_infer, .vjp = vjp_where});
+}
 
 }  // namespace axle::ops
 

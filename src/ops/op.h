@@ -24,17 +24,32 @@ struct VjpArgs {
   const std::vector<bool>& needs;   ///< needs[i]: input i wants a gradient
 };
 
-/// Everything about one op. `infer` validates and gives output shapes/dtypes,
-/// `cpu` computes (allocating outputs or returning views), `vjp` gives input
-/// gradients using ops (so it also traces lazily); null vjp = not differentiable.
+/// What an op means, whatever the device. `infer` validates and gives output shapes/dtypes,
+/// `vjp` gives input gradients using ops (so it also traces lazily); null vjp = not
+/// differentiable. How a device computes it is a kernel in the backend's registry
+/// (src/backend/kernels.h).
 struct OpDef {
   std::vector<Meta> (*infer)(const Tensors& in, const Attrs& a) = nullptr;
-  Tensors (*cpu)(const Tensors& in, const Attrs& a, const std::vector<Meta>& out) = nullptr;
   Tensors (*vjp)(const VjpArgs& v) = nullptr;
 };
 
+/// Sets op k's definition (called from the family registration functions below).
 void register_op(OpKind k, const OpDef& d);
+/// Op k's definition; registers every op family first (once).
 const OpDef& op_def(OpKind k);
+/// Registers every op family's definitions, once (std::call_once): explicit calls, no
+/// static initialisers, so it works however the library is linked.
+void ensure_registered();
+/// One per family file (src/ops/<family>.cpp), called by ensure_registered().
+void register_elementwise_ops();
+void register_shape_ops();
+void register_index_ops();
+void register_reduce_ops();
+void register_linalg_ops();
+void register_conv_ops();
+void register_pool_ops();
+void register_fused_ops();
+void register_collective_ops();
 const char* op_name(OpKind k);
 OpKind op_from_name(const std::string& name);  ///< throws if unknown
 
@@ -56,13 +71,6 @@ Tensor sum_to(const Tensor& g, const Shape& shape);
 
 }  // namespace axle::ops
 
-#define AXLE_OP_CONCAT2(a, b) a##b
-#define AXLE_OP_CONCAT(a, b) AXLE_OP_CONCAT2(a, b)
-/// Registers an op's definition at load time: AXLE_REGISTER_OP(Add, {.infer = ..., .cpu = ..., .vjp = ...});
-#define AXLE_REGISTER_OP(kind, ...)                                                       \
-  static const bool AXLE_OP_CONCAT(axle_registered_, kind) =                             \
-      (::axle::ops::register_op(::axle::ops::OpKind::kind, ::axle::ops::OpDef __VA_ARGS__), true)
-
 namespace axle::ops {
 /// Broadcast result shape of two shapes (numpy rules); `op` names the caller in errors.
 Shape broadcast_shape(const Shape& a, const Shape& b, const char* op);
@@ -70,9 +78,6 @@ Shape broadcast_shape(const Shape& a, const Shape& b, const char* op);
 Shape reduced_shape(const Shape& s, const std::vector<bool>& m, bool keepdim);
 /// The dtype an elementwise op computes in, given its operand dtypes.
 DType elementwise_compute_dtype(OpKind k, const std::vector<DType>& in);
-/// Runs elementwise op `k` (not Cast) on one run of n elements: p[0] = out, p[1..] = operands
-/// (already in `compute` dtype), s = byte strides (0 broadcasts).
-void elementwise_raw(OpKind k, DType compute, char** p, const int64_t* s, int64_t n);
 /// FusedElementwise: every (output k, input j) pair where output k may safely be written
 /// over input j (same dtype and size, input not read after k is produced).
 std::vector<std::pair<int64_t, int64_t>> fused_donation_candidates(const Attrs& a);

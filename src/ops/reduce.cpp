@@ -1,10 +1,6 @@
 // Reductions (sum, amax, amin, argmax, argmin), softmax / log_softmax and nll_loss:
-// shape rules, cpu kernels and vjps, plus the public composites (mean, var, max, ...).
-//
-// Every reduction kernel works on a contiguous input viewed as [O, R, I] and reduces R:
-// I == 1 is a row reduction (contiguous rows, SIMD + pairwise), O == 1 is a reduction over
-// leading dims (whole rows accumulated, no transpose). Inputs whose reduced dims are not
-// one contiguous group are permuted (kept dims first) and copied once into [O, R, 1].
+// shape rules and vjps, plus the public composites (mean, var, max, ...). The cpu kernels
+// are in src/backend/cpu/kernels/reduce.cpp.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -12,22 +8,10 @@
 
 #include "axle/autograd.h"
 #include "axle/ops.h"
-#include "backend/cpu/loops.h"
 #include "ops/op.h"
-
-// Float compares/selects in the SIMD loops below only if-convert (vectorize) without
-// trapping-math; axle never inspects floating-point exception flags.
-#pragma GCC optimize("no-trapping-math")
+#include "ops/reduce.h"
 
 namespace axle::ops {
-namespace {
-
-constexpr int64_t kGrain = cpu::kParallelGrain;
-
-// ------------------------------------------------------------------ geometry
-struct Geom {
-  int64_t O = 1, R = 1, I = 1;
-};
 
 /// Reduced-dim mask from ints[first..]; an empty list means all dims.
 std::vector<bool> reduce_mask(const Shape& shape, const std::vector<int64_t>& ints, size_t first, const char* op) {
@@ -45,264 +29,9 @@ std::vector<bool> reduce_mask(const Shape& shape, const std::vector<int64_t>& in
   return m;
 }
 
-
-/// Makes `x` (cast to `t`) contiguous and describes the reduction over mask `m` as [O, R, I].
-/// Permutes and copies when the reduced dims are not one contiguous block.
-Tensor prepare(const Tensor& x0, DType t, const std::vector<bool>& m, Geom& g) {
-  Tensor x = cpu::contiguous_as(x0, t);
-  const Shape& s = x.shape();
-  // Groups of consecutive non-trivial dims with the same status.
-  std::vector<std::pair<int64_t, bool>> groups;
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == 1) continue;
-    if (!groups.empty() && groups.back().second == m[i]) groups.back().first *= s[i];
-    else groups.push_back({s[i], bool(m[i])});
-  }
-  g = Geom{};
-  int nred = 0;
-  for (auto& gr : groups) nred += gr.second;
-  if (nred == 0) {  // nothing non-trivial reduced: R = 1
-    g.O = x.numel();
-    return x;
-  }
-  if (nred == 1) {
-    size_t k = 0;
-    while (!groups[k].second) ++k;
-    for (size_t i = 0; i < k; ++i) g.O *= groups[i].first;
-    g.R = groups[k].first;
-    for (size_t i = k + 1; i < groups.size(); ++i) g.I *= groups[i].first;
-    return x;
-  }
-  // General: kept dims first, reduced dims last, one copy.
-  Shape perm;
-  for (size_t i = 0; i < s.size(); ++i)
-    if (!m[i]) perm.push_back(int64_t(i));
-  for (size_t i = 0; i < s.size(); ++i)
-    if (m[i]) perm.push_back(int64_t(i));
-  Shape ps, pst;
-  for (int64_t p : perm) {
-    ps.push_back(s[size_t(p)]);
-    pst.push_back(x.strides()[size_t(p)]);
-  }
-  Tensor view = make_view(x, ps, pst, x.storage_offset());
-  Tensor c = make_tensor(ps, t);
-  cpu::copy_into(c, view);
-  for (size_t i = 0; i < s.size(); ++i) (m[i] ? g.R : g.O) *= s[i];
-  return c;
-}
-
-// ------------------------------------------------------------------ float helpers
-/// Sum of a contiguous run: SIMD blocks combined pairwise (error ~ (64 + log n) eps).
-float sum_block(const float* p, int64_t n) {
-  float s = 0.f;
-#pragma omp simd reduction(+ : s)
-  for (int64_t i = 0; i < n; ++i) s += p[i];
-  return s;
-}
-float pairwise_sum(const float* p, int64_t n) {
-  if (n <= 512) return sum_block(p, n);
-  int64_t h = (n / 2 + 15) & ~int64_t(15);
-  return pairwise_sum(p, h) + pairwise_sum(p + h, n - h);
-}
-
-/// exp that vectorizes (Cephes polynomial, about 1 ulp); 0 below -87.5, inf above 88.5, NaN kept.
-inline float vexp(float x) {
-  float xc = x < -87.5f ? -87.5f : x;
-  xc = xc > 88.5f ? 88.5f : xc;
-  const float n = (xc * 1.44269504088896341f + 12582912.f) - 12582912.f;  // round to nearest
-  float r = xc - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  float y = p * r * r + r + 1.0f;
-  y *= __builtin_bit_cast(float, (int32_t(n) + 127) << 23);
-  y = x < -87.5f ? 0.f : y;
-  y = x > 88.5f ? std::numeric_limits<float>::infinity() : y;
-  return x != x ? x : y;
-}
-
-/// log that vectorizes (Cephes logf polynomial, about 1 ulp) for x > 0; inf and NaN kept, 0 gives -inf.
-inline float vlog(float x) {
-  const int32_t b = __builtin_bit_cast(int32_t, x);
-  float e = float(((b >> 23) & 0xff) - 126);
-  float m = __builtin_bit_cast(float, (b & 0x807fffff) | 0x3f000000);  // [0.5, 1)
-  const bool lo = m < 0.707106781186547524f;
-  e = lo ? e - 1.f : e;
-  m = lo ? m + m - 1.f : m - 1.f;
-  const float z = m * m;
-  float y = 7.0376836292e-2f;
-  y = y * m - 1.1514610310e-1f;
-  y = y * m + 1.1676998740e-1f;
-  y = y * m - 1.2420140846e-1f;
-  y = y * m + 1.4249322787e-1f;
-  y = y * m - 1.6668057665e-1f;
-  y = y * m + 2.0000714765e-1f;
-  y = y * m - 2.4999993993e-1f;
-  y = y * m + 3.3333331174e-1f;
-  y = y * m * z;
-  y += -2.12194440e-4f * e;
-  y += -0.5f * z;
-  float r = m + y + 0.693359375f * e;
-  r = x == 0.f ? -std::numeric_limits<float>::infinity() : r;
-  r = x == std::numeric_limits<float>::infinity() ? x : r;
-  return x != x ? x : r;
-}
-
-/// Max (or min) of a contiguous float run in 8 lanes; NaN if any element is NaN.
-template <bool IsMax>
-float row_extreme(const float* p, int64_t n) {
-  if (n < 16) {  // short rows: plain compare chain, NaN wins
-    float m = p[0];
-    for (int64_t i = 1; i < n; ++i) m = (m != m || (IsMax ? m >= p[i] : m <= p[i])) ? m : p[i];
-    return m;
-  }
-  float acc[8], chk[8];
-  for (int j = 0; j < 8; ++j) { acc[j] = p[0]; chk[j] = 0.f; }
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int j = 0; j < 8; ++j) {
-      const float v = p[i + j];
-      acc[j] = (IsMax ? v > acc[j] : v < acc[j]) ? v : acc[j];
-      chk[j] += v * 0.f;  // NaN (or inf * 0) marks a row to rescan for NaN
-    }
-  float m = acc[0], c = chk[0];
-  for (int j = 1; j < 8; ++j) { m = (IsMax ? acc[j] > m : acc[j] < m) ? acc[j] : m; c += chk[j]; }
-  for (; i < n; ++i) { m = (IsMax ? p[i] > m : p[i] < m) ? p[i] : m; c += p[i] * 0.f; }
-  if (c != c)
-    for (int64_t k = 0; k < n; ++k)
-      if (p[k] != p[k]) return p[k];
-  return m;
-}
-
-// ------------------------------------------------------------------ reduce kernels
-enum class RK { Sum, Max, Min };
-
-template <class T, RK K>
-inline T combine(T a, T b) {
-  if constexpr (K == RK::Sum) return T(a + b);
-  else if constexpr (K == RK::Max) {
-    if constexpr (std::is_floating_point_v<T>) return (a > b || a != a) ? a : b;
-    else return a > b ? a : b;
-  } else {
-    if constexpr (std::is_floating_point_v<T>) return (a < b || a != a) ? a : b;
-    else return a < b ? a : b;
-  }
-}
-
-template <class T, RK K>
-T reduce_row(const T* p, int64_t n) {
-  if constexpr (K == RK::Sum && std::is_same_v<T, float>) {
-    return pairwise_sum(p, n);
-  } else if constexpr (K == RK::Sum) {
-    T s = 0;
-    for (int64_t i = 0; i < n; ++i) s += p[i];
-    return s;
-  } else if constexpr (std::is_same_v<T, float>) {
-    return row_extreme<K == RK::Max>(p, n);
-  } else {
-    T m = p[0];
-    for (int64_t i = 1; i < n; ++i) m = combine<T, K>(m, p[i]);
-    return m;
-  }
-}
-
-/// out[o, i] = reduce_r x[o, r, i] for I > 1: whole rows accumulated in column tiles.
-template <class T, RK K>
-void reduce_cols(const T* x, T* out, const Geom& g) {
-  constexpr int64_t TW = 256;
-  const int64_t tiles = (g.I + TW - 1) / TW;
-  const int64_t tasks = g.O * tiles;
-#pragma omp parallel for schedule(static) if (g.O * g.R * g.I >= kGrain && tasks > 1)
-  for (int64_t t = 0; t < tasks; ++t) {
-    const int64_t o = t / tiles, c0 = (t % tiles) * TW, w = std::min(TW, g.I - c0);
-    const T* base = x + o * g.R * g.I + c0;
-    T* dst = out + o * g.I + c0;
-    if constexpr (K == RK::Sum && std::is_same_v<T, float>) {
-      // Three-level cascade (blocks of 64 rows) keeps float error ~ (200 + R/2^18) eps.
-      float l0[TW], l1[TW], l2[TW];
-      for (int64_t j = 0; j < w; ++j) l0[j] = l1[j] = l2[j] = 0.f;
-      for (int64_t r = 0; r < g.R; ++r) {
-        const float* row = base + r * g.I;
-#pragma omp simd
-        for (int64_t j = 0; j < w; ++j) l0[j] += row[j];
-        if ((r + 1) % 64 == 0) {
-#pragma omp simd
-          for (int64_t j = 0; j < w; ++j) { l1[j] += l0[j]; l0[j] = 0.f; }
-          if ((r + 1) % 4096 == 0) {
-#pragma omp simd
-            for (int64_t j = 0; j < w; ++j) { l2[j] += l1[j]; l1[j] = 0.f; }
-          }
-        }
-      }
-      for (int64_t j = 0; j < w; ++j) dst[j] = l2[j] + (l1[j] + l0[j]);
-    } else {
-      T acc[TW];
-      for (int64_t j = 0; j < w; ++j) acc[j] = base[j];
-      for (int64_t r = 1; r < g.R; ++r) {
-        const T* row = base + r * g.I;
-        if constexpr (std::is_same_v<T, float> && K != RK::Sum) {
-#pragma omp simd
-          for (int64_t j = 0; j < w; ++j) acc[j] = combine<T, K>(acc[j], row[j]);
-        } else {
-          for (int64_t j = 0; j < w; ++j) acc[j] = combine<T, K>(acc[j], row[j]);
-        }
-      }
-      for (int64_t j = 0; j < w; ++j) dst[j] = acc[j];
-    }
-  }
-}
-
-template <class T, RK K>
-void reduce_kernel(const T* x, T* out, const Geom& g) {
-  if (g.R == 0) {  // empty sum
-    std::fill(out, out + g.O * g.I, T(0));
-    return;
-  }
-  if (g.I > 1) {
-    const int64_t tiles = (g.I + 255) / 256;
-    constexpr int64_t CR = 512;
-    if (g.O * tiles < 64 && g.R >= 2 * CR && g.O * g.R * g.I >= 4 * kGrain) {
-      // Few column tiles but many rows (e.g. a big bias gradient): reduce row chunks in parallel,
-      // then reduce the partial results. The choice and the chunks depend on the shape only, so
-      // the result does not depend on the thread count.
-      const int64_t nc = (g.R + CR - 1) / CR;
-      std::vector<T> part(static_cast<size_t>(g.O * nc * g.I));
-#pragma omp parallel for schedule(static) collapse(2) if (omp_get_max_threads() > 1)
-      for (int64_t o = 0; o < g.O; ++o)
-        for (int64_t c = 0; c < nc; ++c) {
-          Geom gc{1, std::min(CR, g.R - c * CR), g.I};
-          reduce_cols<T, K>(x + (o * g.R + c * CR) * g.I, part.data() + (o * nc + c) * g.I, gc);
-        }
-      reduce_cols<T, K>(part.data(), out, Geom{g.O, nc, g.I});
-      return;
-    }
-    reduce_cols<T, K>(x, out, g);
-    return;
-  }
-  if (g.O == 1 && g.R >= 2 * kGrain) {
-    // One long row: fixed-size chunks (deterministic whatever the thread count), then combined.
-    constexpr int64_t CH = 1 << 16;
-    const int64_t nc = (g.R + CH - 1) / CH;
-    std::vector<T> part(static_cast<size_t>(nc));
-#pragma omp parallel for schedule(static)
-    for (int64_t c = 0; c < nc; ++c) part[size_t(c)] = reduce_row<T, K>(x + c * CH, std::min(CH, g.R - c * CH));
-    out[0] = reduce_row<T, K>(part.data(), nc);
-    return;
-  }
-#pragma omp parallel for schedule(static) if (g.O * g.R >= kGrain && g.O > 1)
-  for (int64_t o = 0; o < g.O; ++o) out[o] = reduce_row<T, K>(x + o * g.R, g.R);
-}
+namespace {
 
 DType sum_dtype(DType t) { return is_floating(t) ? t : kInt64; }
-
-template <RK K>
-const char* rk_name() {
-  return K == RK::Sum ? "sum" : K == RK::Max ? "amax" : "amin";
-}
 
 template <RK K>
 std::vector<Meta> reduce_infer(const Tensors& in, const Attrs& a) {
@@ -321,27 +50,6 @@ std::vector<Meta> reduce_infer(const Tensors& in, const Attrs& a) {
                  i, " of ", shape_str(in[0].shape()));
   }
   return {{reduced_shape(in[0].shape(), m, a.ints[0] != 0), t}};
-}
-
-template <RK K>
-Tensors reduce_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>& mt) {
-  auto m = reduce_mask(in[0].shape(), a.ints, 1, rk_name<K>());
-  const DType t = mt[0].dtype;
-  Geom g;
-  Tensor x = prepare(in[0], t, m, g);
-  Tensor out = make_tensor(mt[0].shape, t);
-  if (out.numel() == 0) return {out};
-  switch (t) {
-    case DType::Float32: reduce_kernel<float, K>(x.data<float>(), out.data<float>(), g); break;
-    case DType::Int64: reduce_kernel<int64_t, K>(x.data<int64_t>(), out.data<int64_t>(), g); break;
-    case DType::Int32: reduce_kernel<int32_t, K>(x.data<int32_t>(), out.data<int32_t>(), g); break;
-    case DType::Bool:
-    case DType::UInt8:
-      reduce_kernel<uint8_t, K>(static_cast<uint8_t*>(x.data_ptr()), static_cast<uint8_t*>(out.data_ptr()), g);
-      break;
-    default: AXLE_FAIL("[", rk_name<K>(), "] dtype ", t, " is not supported on cpu");
-  }
-  return {out};
 }
 
 /// Reshapes a reduced gradient back to keepdim form so it broadcasts against the input.
@@ -367,48 +75,6 @@ Tensors minmax_vjp(const VjpArgs& v) {
   return {mul(mask, div(g, cnt))};
 }
 
-// ------------------------------------------------------------------ argmax / argmin
-template <class T, bool IsMax>
-inline bool better(T v, T best) {
-  if constexpr (std::is_floating_point_v<T>) {
-    if (best != best) return false;  // NaN wins and stays
-    if (v != v) return true;
-  }
-  return IsMax ? v > best : v < best;
-}
-
-template <class T, bool IsMax>
-void arg_kernel(const T* x, int64_t* out, const Geom& g) {
-  if (g.I == 1) {
-#pragma omp parallel for schedule(static) if (g.O * g.R >= kGrain && g.O > 1)
-    for (int64_t o = 0; o < g.O; ++o) {
-      const T* p = x + o * g.R;
-      T best = p[0];
-      int64_t bi = 0;
-      for (int64_t r = 1; r < g.R; ++r)
-        if (better<T, IsMax>(p[r], best)) { best = p[r]; bi = r; }
-      out[o] = bi;
-    }
-    return;
-  }
-  constexpr int64_t TW = 256;
-  const int64_t tiles = (g.I + TW - 1) / TW, tasks = g.O * tiles;
-#pragma omp parallel for schedule(static) if (g.O * g.R * g.I >= kGrain && tasks > 1)
-  for (int64_t t = 0; t < tasks; ++t) {
-    const int64_t o = t / tiles, c0 = (t % tiles) * TW, w = std::min(TW, g.I - c0);
-    const T* base = x + o * g.R * g.I + c0;
-    T best[TW];
-    int64_t bi[TW];
-    for (int64_t j = 0; j < w; ++j) { best[j] = base[j]; bi[j] = 0; }
-    for (int64_t r = 1; r < g.R; ++r) {
-      const T* row = base + r * g.I;
-      for (int64_t j = 0; j < w; ++j)
-        if (better<T, IsMax>(row[j], best[j])) { best[j] = row[j]; bi[j] = r; }
-    }
-    std::memcpy(out + o * g.I + c0, bi, size_t(w) * sizeof(int64_t));
-  }
-}
-
 template <bool IsMax>
 std::vector<Meta> arg_infer(const Tensors& in, const Attrs& a) {
   const char* op = IsMax ? "argmax" : "argmin";
@@ -422,33 +88,7 @@ std::vector<Meta> arg_infer(const Tensors& in, const Attrs& a) {
   return {{reduced_shape(in[0].shape(), m, a.ints[1] != 0), kInt64}};
 }
 
-template <bool IsMax>
-Tensors arg_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>& mt) {
-  const char* op = IsMax ? "argmax" : "argmin";
-  auto m = reduce_mask(in[0].shape(), {a.ints[0]}, 0, op);
-  DType t = in[0].dtype() == kBool ? kUInt8 : in[0].dtype();
-  Geom g;
-  Tensor x = prepare(in[0], in[0].dtype(), m, g);
-  Tensor out = make_tensor(mt[0].shape, kInt64);
-  if (out.numel() == 0) return {out};
-  int64_t* o = out.data<int64_t>();
-  switch (t) {
-    case DType::Float32: arg_kernel<float, IsMax>(x.data<float>(), o, g); break;
-    case DType::Int64: arg_kernel<int64_t, IsMax>(x.data<int64_t>(), o, g); break;
-    case DType::Int32: arg_kernel<int32_t, IsMax>(x.data<int32_t>(), o, g); break;
-    case DType::UInt8: arg_kernel<uint8_t, IsMax>(static_cast<const uint8_t*>(x.data_ptr()), o, g); break;
-    default: AXLE_FAIL("[", op, "] dtype ", in[0].dtype(), " is not supported on cpu");
-  }
-  return {out};
-}
-
-// ------------------------------------------------------------------ softmax family
-/// [O, R, I] geometry of a contiguous tensor for dim `d`.
-Geom dim_geom(const Shape& s, int64_t d) {
-  Geom g;
-  for (int64_t i = 0; i < int64_t(s.size()); ++i) (i < d ? g.O : i == d ? g.R : g.I) *= s[size_t(i)];
-  return g;
-}
+}  // namespace
 
 int64_t softmax_dim(const Tensor& x, const Attrs& a, const char* op) {
   AXLE_CHECK(a.ints.size() == 1, "[", op, "] expected the dim attribute");
@@ -460,6 +100,8 @@ int64_t softmax_dim(const Tensor& x, const Attrs& a, const char* op) {
   return wrap_dim(a.ints[0], x.dim(), op);
 }
 
+namespace {
+
 template <bool Log>
 std::vector<Meta> softmax_infer(const Tensors& in, const Attrs& a) {
   const char* op = Log ? "log_softmax" : "softmax";
@@ -467,127 +109,6 @@ std::vector<Meta> softmax_infer(const Tensors& in, const Attrs& a) {
   AXLE_CHECK(in[0].dtype() == kFloat32, "[", op, "] expected a float32 tensor, got ", in[0].dtype());
   softmax_dim(in[0], a, op);
   return {{in[0].shape(), kFloat32}};
-}
-
-// One row (I == 1): max, sum of exp, write — two reads, one write.
-template <bool Log>
-void softmax_row(const float* x, float* y, int64_t n) {
-  float m = row_extreme<true>(x, n);  // NaN rows stay NaN through exp
-  if (m == -std::numeric_limits<float>::infinity()) m = 0.f;  // all -inf: keep exp(x - m) defined
-  float s = 0.f;
-  if constexpr (Log) {
-#pragma omp simd reduction(+ : s)
-    for (int64_t i = 0; i < n; ++i) s += vexp(x[i] - m);
-    const float lse = m + std::log(s);
-#pragma omp simd
-    for (int64_t i = 0; i < n; ++i) y[i] = x[i] - lse;
-  } else {
-#pragma omp simd reduction(+ : s)
-    for (int64_t i = 0; i < n; ++i) {
-      y[i] = vexp(x[i] - m);
-      s += y[i];
-    }
-    const float inv = 1.f / s;
-#pragma omp simd
-    for (int64_t i = 0; i < n; ++i) y[i] *= inv;
-  }
-}
-
-// Strided dim (I > 1): the same on column tiles.
-template <bool Log>
-void softmax_cols(const float* x, float* y, const Geom& g) {
-  constexpr int64_t TW = 128;
-  const int64_t tiles = (g.I + TW - 1) / TW, tasks = g.O * tiles;
-#pragma omp parallel for schedule(static) if (g.O * g.R * g.I >= kGrain && tasks > 1)
-  for (int64_t t = 0; t < tasks; ++t) {
-    const int64_t o = t / tiles, c0 = (t % tiles) * TW, w = std::min(TW, g.I - c0);
-    const float* xb = x + o * g.R * g.I + c0;
-    float* yb = y + o * g.R * g.I + c0;
-    float m[TW], s[TW];
-    for (int64_t j = 0; j < w; ++j) { m[j] = -std::numeric_limits<float>::infinity(); s[j] = 0.f; }
-    for (int64_t r = 0; r < g.R; ++r)
-#pragma omp simd
-      for (int64_t j = 0; j < w; ++j) m[j] = xb[r * g.I + j] > m[j] ? xb[r * g.I + j] : m[j];
-    for (int64_t j = 0; j < w; ++j)
-      if (m[j] == -std::numeric_limits<float>::infinity()) m[j] = 0.f;
-    for (int64_t r = 0; r < g.R; ++r) {
-      if constexpr (Log) {
-#pragma omp simd
-        for (int64_t j = 0; j < w; ++j) s[j] += vexp(xb[r * g.I + j] - m[j]);
-      } else {
-#pragma omp simd
-        for (int64_t j = 0; j < w; ++j) {
-          float e = vexp(xb[r * g.I + j] - m[j]);
-          yb[r * g.I + j] = e;
-          s[j] += e;
-        }
-      }
-    }
-    if constexpr (Log) {
-      for (int64_t j = 0; j < w; ++j) s[j] = m[j] + vlog(s[j]);
-      for (int64_t r = 0; r < g.R; ++r)
-#pragma omp simd
-        for (int64_t j = 0; j < w; ++j) yb[r * g.I + j] = xb[r * g.I + j] - s[j];
-    } else {
-      for (int64_t j = 0; j < w; ++j) s[j] = 1.f / s[j];
-      for (int64_t r = 0; r < g.R; ++r)
-#pragma omp simd
-        for (int64_t j = 0; j < w; ++j) yb[r * g.I + j] *= s[j];
-    }
-  }
-}
-
-template <bool Log>
-Tensors softmax_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>& mt) {
-  const int64_t d = softmax_dim(in[0], a, "softmax");
-  Tensor x = cpu::contiguous_as(in[0], kFloat32);
-  Tensor y = make_tensor(mt[0].shape, kFloat32);
-  if (y.numel() == 0) return {y};
-  Geom g = in[0].dim() == 0 ? Geom{} : dim_geom(x.shape(), d);
-  const float* xp = x.data<float>();
-  float* yp = y.data<float>();
-  if (g.I == 1 && Log && g.R < 256) {
-    // Short rows (logits [128, 10]): blocks of rows; exp and log each run as one flat vector loop
-    // per block, so short rows pay no scalar remainder of the polynomial.
-    constexpr int64_t B = 64, kTmp = 4096;
-    const int64_t rows_per = std::max<int64_t>(1, std::min<int64_t>(B, kTmp / g.R));
-    const int64_t nb = (g.O + rows_per - 1) / rows_per;
-#pragma omp parallel for schedule(static) if (g.O * g.R >= kGrain && nb > 1)
-    for (int64_t blk = 0; blk < nb; ++blk) {
-      const int64_t o0 = blk * rows_per, nr = std::min(rows_per, g.O - o0);
-      float mx[B], lse[B], tmp[kTmp];
-      const float* xb = xp + o0 * g.R;
-      for (int64_t k = 0; k < nr; ++k) {
-        float m = row_extreme<true>(xb + k * g.R, g.R);
-        if (m == -std::numeric_limits<float>::infinity()) m = 0.f;
-        mx[k] = m;
-        for (int64_t i = 0; i < g.R; ++i) tmp[k * g.R + i] = xb[k * g.R + i] - m;
-      }
-      const int64_t n = nr * g.R;
-#pragma omp simd
-      for (int64_t j = 0; j < n; ++j) tmp[j] = vexp(tmp[j]);
-      for (int64_t k = 0; k < nr; ++k) {
-        float s = 0.f;
-        for (int64_t i = 0; i < g.R; ++i) s += tmp[k * g.R + i];
-        lse[k] = s;
-      }
-#pragma omp simd
-      for (int64_t k = 0; k < nr; ++k) lse[k] = mx[k] + vlog(lse[k]);
-      for (int64_t k = 0; k < nr; ++k) {
-        const float* xr = xp + (o0 + k) * g.R;
-        float* yr = yp + (o0 + k) * g.R;
-        const float l = lse[k];
-#pragma omp simd
-        for (int64_t i = 0; i < g.R; ++i) yr[i] = xr[i] - l;
-      }
-    }
-  } else if (g.I == 1) {
-#pragma omp parallel for schedule(static) if (g.O * g.R >= kGrain && g.O > 1)
-    for (int64_t o = 0; o < g.O; ++o) softmax_row<Log>(xp + o * g.R, yp + o * g.R, g.R);
-  } else {
-    softmax_cols<Log>(xp, yp, g);
-  }
-  return {y};
 }
 
 template <bool Log>
@@ -609,68 +130,7 @@ std::vector<Meta> softmax_bwd_infer(const Tensors& in, const Attrs& a) {
   return {{in[1].shape(), kFloat32}};
 }
 
-template <bool Log>
-void softmax_bwd_row(const float* g, const float* y, float* dx, int64_t n) {
-  float s = 0.f;
-  if constexpr (Log) {
-#pragma omp simd reduction(+ : s)
-    for (int64_t i = 0; i < n; ++i) s += g[i];
-#pragma omp simd
-    for (int64_t i = 0; i < n; ++i) dx[i] = g[i] - vexp(y[i]) * s;
-  } else {
-#pragma omp simd reduction(+ : s)
-    for (int64_t i = 0; i < n; ++i) s += g[i] * y[i];
-#pragma omp simd
-    for (int64_t i = 0; i < n; ++i) dx[i] = y[i] * (g[i] - s);
-  }
-}
-
-template <bool Log>
-Tensors softmax_bwd_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>& mt) {
-  const int64_t d = softmax_dim(in[1], a, "softmax_backward");
-  Tensor g = cpu::contiguous_as(in[0], kFloat32), y = cpu::contiguous_as(in[1], kFloat32);
-  Tensor dx = make_tensor(mt[0].shape, kFloat32);
-  if (dx.numel() == 0) return {dx};
-  Geom ge = in[1].dim() == 0 ? Geom{} : dim_geom(y.shape(), d);
-  const float *gp = g.data<float>(), *yp = y.data<float>();
-  float* dp = dx.data<float>();
-  if (ge.I == 1) {
-#pragma omp parallel for schedule(static) if (ge.O * ge.R >= kGrain && ge.O > 1)
-    for (int64_t o = 0; o < ge.O; ++o) softmax_bwd_row<Log>(gp + o * ge.R, yp + o * ge.R, dp + o * ge.R, ge.R);
-    return {dx};
-  }
-  constexpr int64_t TW = 128;
-  const int64_t tiles = (ge.I + TW - 1) / TW, tasks = ge.O * tiles;
-#pragma omp parallel for schedule(static) if (ge.O * ge.R * ge.I >= kGrain && tasks > 1)
-  for (int64_t t = 0; t < tasks; ++t) {
-    const int64_t o = t / tiles, c0 = (t % tiles) * TW, w = std::min(TW, ge.I - c0);
-    const int64_t base = o * ge.R * ge.I + c0;
-    float s[TW];
-    for (int64_t j = 0; j < w; ++j) s[j] = 0.f;
-    for (int64_t r = 0; r < ge.R; ++r) {
-      const float *gr = gp + base + r * ge.I, *yr = yp + base + r * ge.I;
-#pragma omp simd
-      for (int64_t j = 0; j < w; ++j) s[j] += Log ? gr[j] : gr[j] * yr[j];
-    }
-    for (int64_t r = 0; r < ge.R; ++r) {
-      const float *gr = gp + base + r * ge.I, *yr = yp + base + r * ge.I;
-      float* dr = dp + base + r * ge.I;
-      if constexpr (Log) {
-#pragma omp simd
-        for (int64_t j = 0; j < w; ++j) dr[j] = gr[j] - vexp(yr[j]) * s[j];
-      } else {
-#pragma omp simd
-        for (int64_t j = 0; j < w; ++j) dr[j] = yr[j] * (gr[j] - s[j]);
-      }
-    }
-  }
-  return {dx};
-}
-
-// ------------------------------------------------------------------ nll_loss
-struct NllGeom {
-  int64_t N, C, S;
-};
+}  // namespace
 
 NllGeom nll_check(const Tensor& logp, const Tensor& target, const char* op) {
   check_defined(logp, op, "input");
@@ -689,6 +149,8 @@ NllGeom nll_check(const Tensor& logp, const Tensor& target, const char* op) {
   return g;
 }
 
+namespace {
+
 Reduction nll_reduction(const Attrs& a, const char* op) {
   AXLE_CHECK(a.ints.size() == 2 && a.ints[0] >= 0 && a.ints[0] <= 2, "[", op,
              "] expected attributes {reduction (0 none, 1 mean, 2 sum), ignore_index}");
@@ -700,47 +162,6 @@ std::vector<Meta> nll_infer(const Tensors& in, const Attrs& a) {
   nll_check(in[0], in[1], "nll_loss");
   if (r != Reduction::None) return {{Shape{}, kFloat32}};
   return {{in[1].shape(), kFloat32}};
-}
-
-/// Validates the targets once and returns the count of non-ignored ones.
-int64_t nll_targets(const int64_t* t, int64_t n, int64_t C, int64_t ignore, const char* op) {
-  int64_t cnt = 0, bad = -1;
-  for (int64_t i = 0; i < n; ++i) {
-    if (t[i] == ignore) continue;
-    if (t[i] < 0 || t[i] >= C) { bad = i; break; }
-    ++cnt;
-  }
-  AXLE_CHECK(bad < 0, "[", op, "] expected target values in [0, ", C, ") or ignore_index ", ignore, ", got ",
-             bad < 0 ? 0 : t[bad], " at position ", bad);
-  return cnt;
-}
-
-Tensors nll_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>& mt) {
-  const Reduction r = Reduction(a.ints[0]);
-  const int64_t ignore = a.ints[1];
-  const NllGeom g = nll_check(in[0], in[1], "nll_loss");
-  Tensor lp = cpu::contiguous_as(in[0], kFloat32), tg = cpu::contiguous_as(in[1], kInt64);
-  const float* x = lp.data<float>();
-  const int64_t* t = tg.data<int64_t>();
-  const int64_t n = g.N * g.S;
-  const int64_t cnt = nll_targets(t, n, g.C, ignore, "nll_loss");
-  Tensor out = make_tensor(mt[0].shape, kFloat32);
-  float* o = out.data<float>();
-  auto at = [&](int64_t i) -> float {  // i = n * S + s
-    if (t[i] == ignore) return 0.f;
-    const int64_t nn = i / g.S, s = i % g.S;
-    return -x[(nn * g.C + t[i]) * g.S + s];
-  };
-  if (r == Reduction::None) {
-#pragma omp parallel for schedule(static) if (n >= kGrain)
-    for (int64_t i = 0; i < n; ++i) o[i] = at(i);
-    return {out};
-  }
-  double s = 0.0;
-#pragma omp parallel for reduction(+ : s) schedule(static) if (n >= kGrain)
-  for (int64_t i = 0; i < n; ++i) s += at(i);
-  o[0] = r == Reduction::Sum ? float(s) : float(s / double(cnt));  // mean of no targets: NaN, as PyTorch
-  return {out};
 }
 
 Tensors nll_vjp(const VjpArgs& v) {
@@ -759,27 +180,6 @@ std::vector<Meta> nll_bwd_infer(const Tensors& in, const Attrs& a) {
   return {{in[2].shape(), kFloat32}};
 }
 
-Tensors nll_bwd_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>& mt) {
-  const Reduction r = Reduction(a.ints[0]);
-  const int64_t ignore = a.ints[1];
-  const NllGeom g = nll_check(in[2], in[1], "nll_loss_backward");
-  Tensor gr = cpu::contiguous_as(in[0], kFloat32), tg = cpu::contiguous_as(in[1], kInt64);
-  const int64_t* t = tg.data<int64_t>();
-  const int64_t n = g.N * g.S;
-  const int64_t cnt = nll_targets(t, n, g.C, ignore, "nll_loss_backward");
-  Tensor dx = zeros(mt[0].shape);
-  float* d = dx.data<float>();
-  const float* gp = gr.data<float>();
-  const float scalar = r == Reduction::None ? 0.f : r == Reduction::Sum ? -gp[0] : -gp[0] / float(cnt);
-#pragma omp parallel for schedule(static) if (n >= kGrain)
-  for (int64_t i = 0; i < n; ++i) {
-    if (t[i] == ignore) continue;
-    const int64_t nn = i / g.S, s = i % g.S;
-    d[(nn * g.C + t[i]) * g.S + s] = r == Reduction::None ? -gp[i] : scalar;
-  }
-  return {dx};
-}
-
 }  // namespace
 
 Shape reduced_shape(const Shape& s, const std::vector<bool>& m, bool keepdim) {
@@ -791,19 +191,19 @@ Shape reduced_shape(const Shape& s, const std::vector<bool>& m, bool keepdim) {
   return out;
 }
 
-AXLE_REGISTER_OP(Sum, {.infer = reduce_infer<RK::Sum>, .cpu = reduce_cpu<RK::Sum>, .vjp = sum_vjp});
-AXLE_REGISTER_OP(Amax, {.infer = reduce_infer<RK::Max>, .cpu = reduce_cpu<RK::Max>, .vjp = minmax_vjp});
-AXLE_REGISTER_OP(Amin, {.infer = reduce_infer<RK::Min>, .cpu = reduce_cpu<RK::Min>, .vjp = minmax_vjp});
-AXLE_REGISTER_OP(Argmax, {.infer = arg_infer<true>, .cpu = arg_cpu<true>, .vjp = nullptr});
-AXLE_REGISTER_OP(Argmin, {.infer = arg_infer<false>, .cpu = arg_cpu<false>, .vjp = nullptr});
-AXLE_REGISTER_OP(Softmax, {.infer = softmax_infer<false>, .cpu = softmax_cpu<false>, .vjp = softmax_vjp<false>});
-AXLE_REGISTER_OP(LogSoftmax, {.infer = softmax_infer<true>, .cpu = softmax_cpu<true>, .vjp = softmax_vjp<true>});
-AXLE_REGISTER_OP(SoftmaxBackward,
-                 {.infer = softmax_bwd_infer<false>, .cpu = softmax_bwd_cpu<false>});
-AXLE_REGISTER_OP(LogSoftmaxBackward,
-                 {.infer = softmax_bwd_infer<true>, .cpu = softmax_bwd_cpu<true>});
-AXLE_REGISTER_OP(NllLoss, {.infer = nll_infer, .cpu = nll_cpu, .vjp = nll_vjp});
-AXLE_REGISTER_OP(NllLossBackward, {.infer = nll_bwd_infer, .cpu = nll_bwd_cpu});
+void register_reduce_ops() {
+  register_op(OpKind::Sum, {.infer = reduce_infer<RK::Sum>, .vjp = sum_vjp});
+  register_op(OpKind::Amax, {.infer = reduce_infer<RK::Max>, .vjp = minmax_vjp});
+  register_op(OpKind::Amin, {.infer = reduce_infer<RK::Min>, .vjp = minmax_vjp});
+  register_op(OpKind::Argmax, {.infer = arg_infer<true>, .vjp = nullptr});
+  register_op(OpKind::Argmin, {.infer = arg_infer<false>, .vjp = nullptr});
+  register_op(OpKind::Softmax, {.infer = softmax_infer<false>, .vjp = softmax_vjp<false>});
+  register_op(OpKind::LogSoftmax, {.infer = softmax_infer<true>, .vjp = softmax_vjp<true>});
+  register_op(OpKind::SoftmaxBackward, {.infer = softmax_bwd_infer<false>});
+  register_op(OpKind::LogSoftmaxBackward, {.infer = softmax_bwd_infer<true>});
+  register_op(OpKind::NllLoss, {.infer = nll_infer, .vjp = nll_vjp});
+  register_op(OpKind::NllLossBackward, {.infer = nll_bwd_infer});
+}
 
 }  // namespace axle::ops
 

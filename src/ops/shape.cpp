@@ -1,14 +1,14 @@
-// Shape ops: reshape, permute, expand, slice are views on cpu (no copy); composites
-// (view, transpose, squeeze, unsqueeze, flatten, narrow, stack) are built from them.
+// Shape ops: reshape, permute, expand, slice (views on cpu, no copy: their kernels are in
+// src/backend/cpu/kernels/shape.cpp); composites (view, transpose, squeeze, unsqueeze,
+// flatten, narrow, stack) are built from them.
 #include <numeric>
 #include <optional>
 
 #include "axle/ops.h"
-#include "backend/cpu/loops.h"
 #include "ops/op.h"
+#include "ops/shape.h"
 
 namespace axle::ops {
-namespace {
 
 // Strides that let `shape` view memory laid out as (old_shape, old_strides), if any.
 std::optional<Shape> view_strides(const Shape& old_shape, const Shape& old_strides, const Shape& shape) {
@@ -36,6 +36,8 @@ std::optional<Shape> view_strides(const Shape& old_shape, const Shape& old_strid
   if (view_d != -1) return std::nullopt;
   return st;
 }
+
+namespace {
 
 Shape resolve_shape(const Shape& shape, int64_t numel, const char* op) {
   Shape out = shape;
@@ -66,13 +68,6 @@ std::vector<Meta> reshape_infer(const Tensors& in, const Attrs& a) {
              " elements, got ", shape_str(a.ints));
   return {{a.ints, in[0].dtype()}};
 }
-Tensors reshape_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>& m) {
-  const Tensor& x = in[0];
-  if (auto st = view_strides(x.shape(), x.strides(), a.ints)) return {make_view(x, a.ints, *st, x.storage_offset())};
-  Tensor c = make_tensor(x.shape(), x.dtype());
-  cpu::copy_into(c, x);
-  return {make_view(c, a.ints, contiguous_strides(a.ints), 0)};
-}
 Tensors reshape_vjp(const VjpArgs& v) { return {reshape(v.grad[0], v.in[0].shape())}; }
 
 // ---- permute
@@ -91,12 +86,6 @@ std::vector<Meta> permute_infer(const Tensors& in, const Attrs& a) {
   }
   return {{s, in[0].dtype()}};
 }
-Tensors permute_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>& m) {
-  const Tensor& x = in[0];
-  Shape st(a.ints.size());
-  for (size_t i = 0; i < a.ints.size(); ++i) st[i] = x.strides()[size_t(a.ints[i])];
-  return {make_view(x, m[0].shape, st, x.storage_offset())};
-}
 Tensors permute_vjp(const VjpArgs& v) {
   Shape inv(v.attrs.ints.size());
   for (size_t i = 0; i < inv.size(); ++i) inv[size_t(v.attrs.ints[i])] = int64_t(i);
@@ -114,15 +103,9 @@ std::vector<Meta> expand_infer(const Tensors& in, const Attrs& a) {
     AXLE_CHECK(xs[i] == s[i + off] || xs[i] == 1, "[expand] cannot expand ", shape_str(xs), " to ", shape_str(s));
   return {{s, in[0].dtype()}};
 }
-Tensors expand_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>& m) {
-  const Tensor& x = in[0];
-  const Shape& s = a.ints;
-  const size_t off = s.size() - size_t(x.dim());
-  Shape st(s.size(), 0);
-  for (size_t i = 0; i < size_t(x.dim()); ++i) st[i + off] = x.shape()[i] == 1 && s[i + off] != 1 ? 0 : x.strides()[i];
-  return {make_view(x, s, st, x.storage_offset())};
-}
 Tensors expand_vjp(const VjpArgs& v) { return {sum_to(v.grad[0], v.in[0].shape())}; }
+
+}  // namespace
 
 // ---- slice: ints {dim, start, end, step}, already clamped
 Shape slice_shape(const Shape& s, const Attrs& a) {
@@ -131,19 +114,13 @@ Shape slice_shape(const Shape& s, const Attrs& a) {
   out[size_t(a.ints[0])] = len <= 0 ? 0 : (len + a.ints[3] - 1) / a.ints[3];
   return out;
 }
+
+namespace {
 std::vector<Meta> slice_infer(const Tensors& in, const Attrs& a) {
   check_defined(in[0], "slice", "input");
   AXLE_CHECK(a.ints.size() == 4 && a.ints[0] >= 0 && a.ints[0] < in[0].dim() && a.ints[3] > 0,
              "[slice] bad attributes");
   return {{slice_shape(in[0].shape(), a), in[0].dtype()}};
-}
-Tensors slice_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>& m) {
-  const Tensor& x = in[0];
-  const size_t d = size_t(a.ints[0]);
-  Shape st = x.strides();
-  int64_t off = x.storage_offset() + (m[0].shape[d] > 0 ? a.ints[1] * st[d] : 0);
-  st[d] *= a.ints[3];
-  return {make_view(x, m[0].shape, st, off)};
 }
 Tensors slice_vjp(const VjpArgs& v) {
   Attrs b{.ints = v.attrs.ints};
@@ -155,21 +132,16 @@ Tensors slice_vjp(const VjpArgs& v) {
 std::vector<Meta> slice_backward_infer(const Tensors& in, const Attrs& a) {
   return {{Shape(a.ints.begin() + 4, a.ints.end()), in[0].dtype()}};
 }
-Tensors slice_backward_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>& m) {
-  Tensor out = zeros(m[0].shape, {.dtype = m[0].dtype});
-  Attrs sa{.ints = {a.ints[0], a.ints[1], a.ints[2], a.ints[3]}};
-  Tensor region = slice_cpu({out}, sa, {{slice_shape(m[0].shape, sa), m[0].dtype}})[0];
-  cpu::copy_into(region, in[0]);
-  return {out};
-}
 
 }  // namespace
 
-AXLE_REGISTER_OP(Reshape, {.infer = reshape_infer, .cpu = reshape_cpu, .vjp = reshape_vjp});
-AXLE_REGISTER_OP(Permute, {.infer = permute_infer, .cpu = permute_cpu, .vjp = permute_vjp});
-AXLE_REGISTER_OP(Expand, {.infer = expand_infer, .cpu = expand_cpu, .vjp = expand_vjp});
-AXLE_REGISTER_OP(Slice, {.infer = slice_infer, .cpu = slice_cpu, .vjp = slice_vjp});
-AXLE_REGISTER_OP(SliceBackward, {.infer = slice_backward_infer, .cpu = slice_backward_cpu});
+void register_shape_ops() {
+  register_op(OpKind::Reshape, {.infer = reshape_infer, .vjp = reshape_vjp});
+  register_op(OpKind::Permute, {.infer = permute_infer, .vjp = permute_vjp});
+  register_op(OpKind::Expand, {.infer = expand_infer, .vjp = expand_vjp});
+  register_op(OpKind::Slice, {.infer = slice_infer, .vjp = slice_vjp});
+  register_op(OpKind::SliceBackward, {.infer = slice_backward_infer});
+}
 
 bool can_view(const Tensor& x, const Shape& shape) {
   return view_strides(x.shape(), x.strides(), shape).has_value();

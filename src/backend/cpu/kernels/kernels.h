@@ -1,0 +1,26 @@
+// The cpu backend's kernel registration: one function per op family
+// (src/backend/cpu/kernels/<family>.cpp), all called by register_cpu_kernels().
+#pragma once
+#include "ops/op.h"
+
+namespace axle::cpu {
+
+/// Runs elementwise op `k` (not Cast) on one run of n elements: p[0] = out, p[1..] = operands
+/// (already in `compute` dtype), s = byte strides (0 broadcasts).
+void elementwise_raw(ops::OpKind k, DType compute, char** p, const int64_t* s, int64_t n);
+
+/// Registers every cpu kernel with backend::register_kernel (called once, from
+/// backend::ensure_registered).
+void register_cpu_kernels();
+
+void register_cpu_elementwise_kernels();
+void register_cpu_shape_kernels();
+void register_cpu_index_kernels();
+void register_cpu_reduce_kernels();
+void register_cpu_linalg_kernels();
+void register_cpu_conv_kernels();
+void register_cpu_pool_kernels();
+void register_cpu_fused_kernels();
+void register_cpu_collective_kernels();
+
+}  // namespace axle::cpu

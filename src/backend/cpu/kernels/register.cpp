@@ -1,0 +1,18 @@
+// Registers every cpu kernel, family by family.
+#include "backend/cpu/kernels/kernels.h"
+
+namespace axle::cpu {
+
+void register_cpu_kernels() {
+  register_cpu_elementwise_kernels();
+  register_cpu_shape_kernels();
+  register_cpu_index_kernels();
+  register_cpu_reduce_kernels();
+  register_cpu_linalg_kernels();
+  register_cpu_conv_kernels();
+  register_cpu_pool_kernels();
+  register_cpu_fused_kernels();
+  register_cpu_collective_kernels();
+}
+
+}  // namespace axle::cpu
