@@ -7,6 +7,7 @@
 #include "axle/metrics.h"
 #include "backend/cpu/loops.h"
 #include "backend/kernels.h"
+#include "ops/fused.h"
 
 namespace axle::compiler {
 
@@ -56,8 +57,10 @@ std::shared_ptr<const Executable> lower(const Program& p) {
       if (released && once) donate.push_back({k, j});
     }
     if (donate.empty()) continue;
-    st.attrs.ints.push_back(int64_t(donate.size()));
-    for (auto [k, j] : donate) st.attrs.ints.insert(st.attrs.ints.end(), {k, j});
+    ops::FProgram prog = ops::parse(st.attrs);
+    prog.donate = std::move(donate);
+    st.attrs = {};
+    prog.encode(st.attrs);
   }
   return ex;
 }

@@ -6,6 +6,7 @@
 #include "axle/ops.h"
 #include "ops/op.h"
 #include "ops/elementwise.h"
+#include "ops/pointwise.h"
 
 namespace axle::ops {
 
@@ -168,37 +169,53 @@ DType elementwise_compute_dtype(OpKind k, const std::vector<DType>& in) {
   return binary_compute_dtype(k, in[0], in[1]);
 }
 
+// ------------------------------------------------------------------ scalar math
+// Each UNARY / BINARY op's math, written once in its registration below: the backends'
+// elementwise kernels run it (pointwise.h). Generic (`auto`) for the ops that compute in
+// the operands' dtype; the op's typed attributes come as the last argument.
+namespace {
+constexpr float kInvSqrt2 = 0.70710678118654752f;
+constexpr float kInvSqrt2Pi = 0.39894228040143268f;
+
+}  // namespace
+
 void register_elementwise_ops() {
-#define AXLE_UNARY(K, VJP) register_op(OpKind::K, {.infer = unary_infer<OpKind::K>, .vjp = VJP})
-  AXLE_UNARY(Neg, vjp_neg);
-  AXLE_UNARY(Exp, vjp_exp);
-  AXLE_UNARY(Log, vjp_log);
-  AXLE_UNARY(Sqrt, vjp_sqrt);
-  AXLE_UNARY(Rsqrt, vjp_rsqrt);
-  AXLE_UNARY(Abs, vjp_abs);
-  AXLE_UNARY(Relu, vjp_relu);
-  AXLE_UNARY(Gelu, vjp_gelu);
-  AXLE_UNARY(Sigmoid, vjp_sigmoid);
-  AXLE_UNARY(Tanh, vjp_tanh);
+#define AXLE_UNARY(K, VJP, ...) \
+  register_op(OpKind::K, {.infer = unary_infer<OpKind::K>, .vjp = VJP, .pointwise = pointwise<OpKind::K>(__VA_ARGS__)})
+  AXLE_UNARY(Neg, vjp_neg, [](auto x, const attr::Neg&) { return -x; });
+  AXLE_UNARY(Exp, vjp_exp, [](float x, const attr::Exp&) { return std::exp(x); });
+  AXLE_UNARY(Log, vjp_log, [](float x, const attr::Log&) { return std::log(x); });
+  AXLE_UNARY(Sqrt, vjp_sqrt, [](float x, const attr::Sqrt&) { return std::sqrt(x); });
+  AXLE_UNARY(Rsqrt, vjp_rsqrt, [](float x, const attr::Rsqrt&) { return 1.0f / std::sqrt(x); });
+  AXLE_UNARY(Abs, vjp_abs, [](auto x, const attr::Abs&) { return x < decltype(x)(0) ? -x : x; });
+  AXLE_UNARY(Relu, vjp_relu, [](auto x, const attr::Relu&) { return x > decltype(x)(0) ? x : decltype(x)(0); });
+  AXLE_UNARY(Gelu, vjp_gelu, [](float x, const attr::Gelu&) { return 0.5f * x * (1.0f + std::erf(x * kInvSqrt2)); });
+  AXLE_UNARY(Sigmoid, vjp_sigmoid, [](float x, const attr::Sigmoid&) { return 1.0f / (1.0f + std::exp(-x)); });
+  AXLE_UNARY(Tanh, vjp_tanh, [](float x, const attr::Tanh&) { return std::tanh(x); });
 #undef AXLE_UNARY
   register_op(OpKind::Cast, {.infer = cast_infer, .vjp = vjp_cast});
   register_op(OpKind::Copy, {.infer = copy_infer, .vjp = vjp_copy});
-#define AXLE_BINARY(K, VJP) register_op(OpKind::K, {.infer = binary_infer<OpKind::K>, .vjp = VJP})
-  AXLE_BINARY(Add, vjp_add);
-  AXLE_BINARY(Sub, vjp_sub);
-  AXLE_BINARY(Mul, vjp_mul);
-  AXLE_BINARY(Div, vjp_div);
-  AXLE_BINARY(Pow, vjp_pow);
-  AXLE_BINARY(Maximum, vjp_maximum);
-  AXLE_BINARY(Minimum, vjp_minimum);
-  AXLE_BINARY(GeluBackward, nullptr);
-  AXLE_BINARY(ReluBackward, nullptr);
-  AXLE_BINARY(Eq, nullptr);
-  AXLE_BINARY(Ne, nullptr);
-  AXLE_BINARY(Lt, nullptr);
-  AXLE_BINARY(Le, nullptr);
-  AXLE_BINARY(Gt, nullptr);
-  AXLE_BINARY(Ge, nullptr);
+#define AXLE_BINARY(K, VJP, ...) \
+  register_op(OpKind::K, {.infer = binary_infer<OpKind::K>, .vjp = VJP, .pointwise = pointwise<OpKind::K>(__VA_ARGS__)})
+  AXLE_BINARY(Add, vjp_add, [](auto x, auto y, const attr::Add&) { return x + y; });
+  AXLE_BINARY(Sub, vjp_sub, [](auto x, auto y, const attr::Sub&) { return x - y; });
+  AXLE_BINARY(Mul, vjp_mul, [](auto x, auto y, const attr::Mul&) { return x * y; });
+  AXLE_BINARY(Div, vjp_div, [](float x, float y, const attr::Div&) { return x / y; });
+  AXLE_BINARY(Pow, vjp_pow, [](float x, float y, const attr::Pow&) { return std::pow(x, y); });
+  AXLE_BINARY(Maximum, vjp_maximum, [](auto x, auto y, const attr::Maximum&) { return x > y || x != x ? x : y; });
+  AXLE_BINARY(Minimum, vjp_minimum, [](auto x, auto y, const attr::Minimum&) { return x < y || x != x ? x : y; });
+  AXLE_BINARY(GeluBackward, nullptr, [](float g, float x, const attr::GeluBackward&) {  // (grad, x)
+    float cdf = 0.5f * (1.0f + std::erf(x * kInvSqrt2));
+    return g * (cdf + x * kInvSqrt2Pi * std::exp(-0.5f * x * x));
+  });
+  AXLE_BINARY(ReluBackward, nullptr,  // (grad, y)
+              [](auto g, auto y, const attr::ReluBackward&) { return y > decltype(y)(0) ? g : decltype(g)(0); });
+  AXLE_BINARY(Eq, nullptr, [](auto x, auto y, const attr::Eq&) { return x == y; });
+  AXLE_BINARY(Ne, nullptr, [](auto x, auto y, const attr::Ne&) { return x != y; });
+  AXLE_BINARY(Lt, nullptr, [](auto x, auto y, const attr::Lt&) { return x < y; });
+  AXLE_BINARY(Le, nullptr, [](auto x, auto y, const attr::Le&) { return x <= y; });
+  AXLE_BINARY(Gt, nullptr, [](auto x, auto y, const attr::Gt&) { return x > y; });
+  AXLE_BINARY(Ge, nullptr, [](auto x, auto y, const attr::Ge&) { return x >= y; });
 #undef AXLE_BINARY
   register_op(OpKind::Where, {.infer = where_infer, .vjp = vjp_where});
 }

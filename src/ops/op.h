@@ -4,6 +4,7 @@
 
 #include "axle/tensor.h"
 #include "core/tensor_impl.h"
+#include "ops/pointwise.h"
 #include "ops/schema.h"  // OpKind, Attrs and the table's schema: op_info(k)
 
 namespace axle::ops {
@@ -31,6 +32,9 @@ struct VjpArgs {
 struct OpDef {
   std::vector<Meta> (*infer)(const Tensors& in, const Attrs& a) = nullptr;
   Tensors (*vjp)(const VjpArgs& v) = nullptr;
+  /// UNARY and BINARY ops (ops.def): the op's scalar math over one run of elements
+  /// (ops/pointwise.h), which every backend's elementwise kernel runs; null for other ops.
+  PointwiseFn pointwise = nullptr;
 };
 
 /// Sets op k's definition (called from the family registration functions below).
