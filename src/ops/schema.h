@@ -85,6 +85,7 @@ constexpr uint32_t EW = kElementwise, UNARY = kUnary, BINARY = kBinary, FLOAT_MA
                    EFFECTS = kSideEffects, INDEX = kIndex, POSITIVE = kPositive, NONZERO = kNonzero;
 constexpr int N = Arity::kAny;
 constexpr Arity R(int lo, int hi) { return {lo, hi}; }
+constexpr double INF = std::numeric_limits<double>::infinity();  // an unbounded default
 
 #define INT(x) {#x, AttrType::Int},
 #define BOOL(x) {#x, AttrType::Bool},
@@ -154,6 +155,7 @@ void check_consumed(OpKind k, const Attrs& a, size_t i, size_t f);
 /// dim, start, end, step; attr::Slice::of(a) reads them from Attrs (throwing, naming the op
 /// and the field, when `a` does not fit), attr::Slice{...}.pack() writes them.
 namespace attr {
+using schema_detail::INF;
 #define INT(x) int64_t x = 0;
 #define BOOL(x) bool x = false;
 #define DTYPE(x) DType x = DType::Float32;
