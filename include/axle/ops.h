@@ -24,6 +24,7 @@ Tensor relu(const Tensor& x);
 Tensor gelu(const Tensor& x);
 Tensor sigmoid(const Tensor& x);
 Tensor tanh(const Tensor& x);
+Tensor sin(const Tensor& x);
 Tensor square(const Tensor& x);
 
 // ---- binary elementwise, with broadcasting ----

@@ -160,6 +160,7 @@ Tensors vjp_where(const VjpArgs& v) {
           v.needs[2] ? sum_to(where(c, z, g), v.in[2].shape()) : Tensor()};
 }
 
+Tensors vjp_sin(const VjpArgs& v) { return {mul(v.grad[0], sin(add(v.in[0], 1.5707963267948966)))}; }  // cos x = sin(x + pi/2)
 }  // namespace
 
 DType elementwise_compute_dtype(OpKind k, const std::vector<DType>& in) {
@@ -192,6 +193,7 @@ void register_elementwise_ops() {
   AXLE_UNARY(Gelu, vjp_gelu, [](float x, const attr::Gelu&) { return 0.5f * x * (1.0f + std::erf(x * kInvSqrt2)); });
   AXLE_UNARY(Sigmoid, vjp_sigmoid, [](float x, const attr::Sigmoid&) { return 1.0f / (1.0f + std::exp(-x)); });
   AXLE_UNARY(Tanh, vjp_tanh, [](float x, const attr::Tanh&) { return std::tanh(x); });
+  AXLE_UNARY(Sin, vjp_sin, [](float x, const attr::Sin&) { return std::sin(x); });
 #undef AXLE_UNARY
   register_op(OpKind::Cast, {.infer = cast_infer, .vjp = vjp_cast});
   register_op(OpKind::Copy, {.infer = copy_infer, .vjp = vjp_copy});
@@ -247,6 +249,7 @@ Tensor relu(const Tensor& x) { return call1(OpKind::Relu, {x}); }
 Tensor gelu(const Tensor& x) { return call1(OpKind::Gelu, {x}); }
 Tensor sigmoid(const Tensor& x) { return call1(OpKind::Sigmoid, {x}); }
 Tensor tanh(const Tensor& x) { return call1(OpKind::Tanh, {x}); }
+Tensor sin(const Tensor& x) { return call1(OpKind::Sin, {x}); }
 Tensor square(const Tensor& x) { return call1(OpKind::Mul, {x, x}); }
 Tensor cast(const Tensor& x, DType t) { return call1(OpKind::Cast, {x}, {.ints = {int64_t(t)}}); }
 
