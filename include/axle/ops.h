@@ -25,6 +25,7 @@ Tensor gelu(const Tensor& x);
 Tensor sigmoid(const Tensor& x);
 Tensor tanh(const Tensor& x);
 Tensor sin(const Tensor& x);
+Tensor cos(const Tensor& x);
 Tensor square(const Tensor& x);
 
 // ---- binary elementwise, with broadcasting ----

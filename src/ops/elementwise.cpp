@@ -160,7 +160,8 @@ Tensors vjp_where(const VjpArgs& v) {
           v.needs[2] ? sum_to(where(c, z, g), v.in[2].shape()) : Tensor()};
 }
 
-Tensors vjp_sin(const VjpArgs& v) { return {mul(v.grad[0], sin(add(v.in[0], 1.5707963267948966)))}; }  // cos x = sin(x + pi/2)
+Tensors vjp_sin(const VjpArgs& v) { return {mul(v.grad[0], cos(v.in[0]))}; }
+Tensors vjp_cos(const VjpArgs& v) { return {neg(mul(v.grad[0], sin(v.in[0])))}; }
 }  // namespace
 
 DType elementwise_compute_dtype(OpKind k, const std::vector<DType>& in) {
@@ -194,6 +195,7 @@ void register_elementwise_ops() {
   AXLE_UNARY(Sigmoid, vjp_sigmoid, [](float x, const attr::Sigmoid&) { return 1.0f / (1.0f + std::exp(-x)); });
   AXLE_UNARY(Tanh, vjp_tanh, [](float x, const attr::Tanh&) { return std::tanh(x); });
   AXLE_UNARY(Sin, vjp_sin, [](float x, const attr::Sin&) { return std::sin(x); });
+  AXLE_UNARY(Cos, vjp_cos, [](float x, const attr::Cos&) { return std::cos(x); });
 #undef AXLE_UNARY
   register_op(OpKind::Cast, {.infer = cast_infer, .vjp = vjp_cast});
   register_op(OpKind::Copy, {.infer = copy_infer, .vjp = vjp_copy});
@@ -250,6 +252,7 @@ Tensor gelu(const Tensor& x) { return call1(OpKind::Gelu, {x}); }
 Tensor sigmoid(const Tensor& x) { return call1(OpKind::Sigmoid, {x}); }
 Tensor tanh(const Tensor& x) { return call1(OpKind::Tanh, {x}); }
 Tensor sin(const Tensor& x) { return call1(OpKind::Sin, {x}); }
+Tensor cos(const Tensor& x) { return call1(OpKind::Cos, {x}); }
 Tensor square(const Tensor& x) { return call1(OpKind::Mul, {x, x}); }
 Tensor cast(const Tensor& x, DType t) { return call1(OpKind::Cast, {x}, {.ints = {int64_t(t)}}); }
 
