@@ -26,6 +26,8 @@ Tensor sigmoid(const Tensor& x);
 Tensor tanh(const Tensor& x);
 Tensor sin(const Tensor& x);
 Tensor cos(const Tensor& x);
+/// log(1 + x), accurate for small x.
+Tensor log1p(const Tensor& x);
 Tensor square(const Tensor& x);
 
 // ---- binary elementwise, with broadcasting ----
