@@ -28,6 +28,8 @@ Tensor sin(const Tensor& x);
 Tensor cos(const Tensor& x);
 /// log(1 + x), accurate for small x.
 Tensor log1p(const Tensor& x);
+/// exp(x) - 1, accurate for small x.
+Tensor expm1(const Tensor& x);
 Tensor square(const Tensor& x);
 
 // ---- binary elementwise, with broadcasting ----

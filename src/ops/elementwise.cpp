@@ -163,6 +163,7 @@ Tensors vjp_where(const VjpArgs& v) {
 Tensors vjp_sin(const VjpArgs& v) { return {mul(v.grad[0], cos(v.in[0]))}; }
 Tensors vjp_cos(const VjpArgs& v) { return {neg(mul(v.grad[0], sin(v.in[0])))}; }
 Tensors vjp_log1p(const VjpArgs& v) { return {div(v.grad[0], add(v.in[0], 1.0))}; }
+Tensors vjp_expm1(const VjpArgs& v) { return {mul(v.grad[0], add(v.out[0], 1.0))}; }
 }  // namespace
 
 DType elementwise_compute_dtype(OpKind k, const std::vector<DType>& in) {
@@ -198,6 +199,7 @@ void register_elementwise_ops() {
   AXLE_UNARY(Sin, vjp_sin, [](float x, const attr::Sin&) { return std::sin(x); });
   AXLE_UNARY(Cos, vjp_cos, [](float x, const attr::Cos&) { return std::cos(x); });
   AXLE_UNARY(Log1p, vjp_log1p, [](float x, const attr::Log1p&) { return std::log1p(x); });
+  AXLE_UNARY(Expm1, vjp_expm1, [](float x, const attr::Expm1&) { return std::expm1(x); });
 #undef AXLE_UNARY
   register_op(OpKind::Cast, {.infer = cast_infer, .vjp = vjp_cast});
   register_op(OpKind::Copy, {.infer = copy_infer, .vjp = vjp_copy});
@@ -256,6 +258,7 @@ Tensor tanh(const Tensor& x) { return call1(OpKind::Tanh, {x}); }
 Tensor sin(const Tensor& x) { return call1(OpKind::Sin, {x}); }
 Tensor cos(const Tensor& x) { return call1(OpKind::Cos, {x}); }
 Tensor log1p(const Tensor& x) { return call1(OpKind::Log1p, {x}); }
+Tensor expm1(const Tensor& x) { return call1(OpKind::Expm1, {x}); }
 Tensor square(const Tensor& x) { return call1(OpKind::Mul, {x, x}); }
 Tensor cast(const Tensor& x, DType t) { return call1(OpKind::Cast, {x}, {.ints = {int64_t(t)}}); }
 
