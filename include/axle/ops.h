@@ -30,6 +30,7 @@ Tensor cos(const Tensor& x);
 Tensor log1p(const Tensor& x);
 /// exp(x) - 1, accurate for small x.
 Tensor expm1(const Tensor& x);
+Tensor erf(const Tensor& x);
 Tensor square(const Tensor& x);
 
 // ---- binary elementwise, with broadcasting ----

@@ -164,6 +164,10 @@ Tensors vjp_sin(const VjpArgs& v) { return {mul(v.grad[0], cos(v.in[0]))}; }
 Tensors vjp_cos(const VjpArgs& v) { return {neg(mul(v.grad[0], sin(v.in[0])))}; }
 Tensors vjp_log1p(const VjpArgs& v) { return {div(v.grad[0], add(v.in[0], 1.0))}; }
 Tensors vjp_expm1(const VjpArgs& v) { return {mul(v.grad[0], add(v.out[0], 1.0))}; }
+Tensors vjp_erf(const VjpArgs& v) {  // 2/sqrt(pi) exp(-x^2)
+  const Tensor& x = v.in[0];
+  return {mul(v.grad[0], mul(exp(neg(mul(x, x))), 1.1283791670955126))};
+}
 }  // namespace
 
 DType elementwise_compute_dtype(OpKind k, const std::vector<DType>& in) {
@@ -200,6 +204,7 @@ void register_elementwise_ops() {
   AXLE_UNARY(Cos, vjp_cos, [](float x, const attr::Cos&) { return std::cos(x); });
   AXLE_UNARY(Log1p, vjp_log1p, [](float x, const attr::Log1p&) { return std::log1p(x); });
   AXLE_UNARY(Expm1, vjp_expm1, [](float x, const attr::Expm1&) { return std::expm1(x); });
+  AXLE_UNARY(Erf, vjp_erf, [](float x, const attr::Erf&) { return std::erf(x); });
 #undef AXLE_UNARY
   register_op(OpKind::Cast, {.infer = cast_infer, .vjp = vjp_cast});
   register_op(OpKind::Copy, {.infer = copy_infer, .vjp = vjp_copy});
@@ -259,6 +264,7 @@ Tensor sin(const Tensor& x) { return call1(OpKind::Sin, {x}); }
 Tensor cos(const Tensor& x) { return call1(OpKind::Cos, {x}); }
 Tensor log1p(const Tensor& x) { return call1(OpKind::Log1p, {x}); }
 Tensor expm1(const Tensor& x) { return call1(OpKind::Expm1, {x}); }
+Tensor erf(const Tensor& x) { return call1(OpKind::Erf, {x}); }
 Tensor square(const Tensor& x) { return call1(OpKind::Mul, {x, x}); }
 Tensor cast(const Tensor& x, DType t) { return call1(OpKind::Cast, {x}, {.ints = {int64_t(t)}}); }
 
