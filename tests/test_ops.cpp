@@ -225,6 +225,7 @@ std::vector<OpCase> build_table() {
   row({"log1p", {F({2, 3, 4}, -0.9, 3)}, AX(log1p(x[0])), RF(map(a[0], [](double v) { return std::log1p(v); }))});
   row({"expm1", {F({2, 3, 4}, -2, 2)}, AX(expm1(x[0])), RF(map(a[0], [](double v) { return std::expm1(v); }))});
   row({"erf", {F({2, 3, 4}, -2.5, 2.5)}, AX(erf(x[0])), RF(map(a[0], [](double v) { return std::erf(v); }))});
+  row({"silu", {F({2, 3, 4}, -4, 4)}, AX(silu(x[0])), RF(map(a[0], [](double v) { return v / (1 + std::exp(-v)); }))});
   row({"square", {F({2, 3, 4}, -2, 2)}, AX(square(x[0])), RF(map(a[0], [](double v) { return v * v; }))});
   row({"exp_method", {F({3, 4}, -2, 2)}, AX(x[0].exp()), RF(map(a[0], [](double v) { return std::exp(v); }))});
   row({"log_method", {Pos({3, 4})}, AX(x[0].log()), RF(map(a[0], [](double v) { return std::log(v); }))});

@@ -31,6 +31,8 @@ Tensor log1p(const Tensor& x);
 /// exp(x) - 1, accurate for small x.
 Tensor expm1(const Tensor& x);
 Tensor erf(const Tensor& x);
+/// x * sigmoid(x), as torch.nn.functional.silu.
+Tensor silu(const Tensor& x);
 Tensor square(const Tensor& x);
 
 // ---- binary elementwise, with broadcasting ----

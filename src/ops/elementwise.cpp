@@ -168,6 +168,11 @@ Tensors vjp_erf(const VjpArgs& v) {  // 2/sqrt(pi) exp(-x^2)
   const Tensor& x = v.in[0];
   return {mul(v.grad[0], mul(exp(neg(mul(x, x))), 1.1283791670955126))};
 }
+Tensors vjp_silu(const VjpArgs& v) {  // s (1 + x (1 - s)), s = sigmoid(x)
+  const Tensor& x = v.in[0];
+  Tensor s = sigmoid(x);
+  return {mul(v.grad[0], mul(s, add(mul(x, 1.0 - s), 1.0)))};
+}
 }  // namespace
 
 DType elementwise_compute_dtype(OpKind k, const std::vector<DType>& in) {
@@ -205,6 +210,7 @@ void register_elementwise_ops() {
   AXLE_UNARY(Log1p, vjp_log1p, [](float x, const attr::Log1p&) { return std::log1p(x); });
   AXLE_UNARY(Expm1, vjp_expm1, [](float x, const attr::Expm1&) { return std::expm1(x); });
   AXLE_UNARY(Erf, vjp_erf, [](float x, const attr::Erf&) { return std::erf(x); });
+  AXLE_UNARY(Silu, vjp_silu, [](float x, const attr::Silu&) { return x / (1.0f + std::exp(-x)); });
 #undef AXLE_UNARY
   register_op(OpKind::Cast, {.infer = cast_infer, .vjp = vjp_cast});
   register_op(OpKind::Copy, {.infer = copy_infer, .vjp = vjp_copy});
@@ -265,6 +271,7 @@ Tensor cos(const Tensor& x) { return call1(OpKind::Cos, {x}); }
 Tensor log1p(const Tensor& x) { return call1(OpKind::Log1p, {x}); }
 Tensor expm1(const Tensor& x) { return call1(OpKind::Expm1, {x}); }
 Tensor erf(const Tensor& x) { return call1(OpKind::Erf, {x}); }
+Tensor silu(const Tensor& x) { return call1(OpKind::Silu, {x}); }
 Tensor square(const Tensor& x) { return call1(OpKind::Mul, {x, x}); }
 Tensor cast(const Tensor& x, DType t) { return call1(OpKind::Cast, {x}, {.ints = {int64_t(t)}}); }
 
