@@ -226,6 +226,9 @@ std::vector<OpCase> build_table() {
   row({"expm1", {F({2, 3, 4}, -2, 2)}, AX(expm1(x[0])), RF(map(a[0], [](double v) { return std::expm1(v); }))});
   row({"erf", {F({2, 3, 4}, -2.5, 2.5)}, AX(erf(x[0])), RF(map(a[0], [](double v) { return std::erf(v); }))});
   row({"silu", {F({2, 3, 4}, -4, 4)}, AX(silu(x[0])), RF(map(a[0], [](double v) { return v / (1 + std::exp(-v)); }))});
+  row({"softplus", {F({2, 3, 4}, -4, 4)}, AX(softplus(x[0])), RF(map(a[0], [](double v) { return std::log1p(std::exp(v)); }))});
+  row({"softplus_beta_threshold", {F({2, 3, 4}, -2, 2)}, AX(softplus(x[0], 2.0, 1.5)),
+       RF(map(a[0], [](double v) { return 2 * v > 1.5 ? v : std::log1p(std::exp(2 * v)) / 2; }))});
   row({"square", {F({2, 3, 4}, -2, 2)}, AX(square(x[0])), RF(map(a[0], [](double v) { return v * v; }))});
   row({"exp_method", {F({3, 4}, -2, 2)}, AX(x[0].exp()), RF(map(a[0], [](double v) { return std::exp(v); }))});
   row({"log_method", {Pos({3, 4})}, AX(x[0].log()), RF(map(a[0], [](double v) { return std::log(v); }))});

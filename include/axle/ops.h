@@ -33,6 +33,8 @@ Tensor expm1(const Tensor& x);
 Tensor erf(const Tensor& x);
 /// x * sigmoid(x), as torch.nn.functional.silu.
 Tensor silu(const Tensor& x);
+/// log(1 + exp(beta x)) / beta, and x where beta x > threshold, as torch.nn.functional.softplus.
+Tensor softplus(const Tensor& x, double beta = 1, double threshold = 20);
 Tensor square(const Tensor& x);
 
 // ---- binary elementwise, with broadcasting ----

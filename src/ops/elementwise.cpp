@@ -173,6 +173,11 @@ Tensors vjp_silu(const VjpArgs& v) {  // s (1 + x (1 - s)), s = sigmoid(x)
   Tensor s = sigmoid(x);
   return {mul(v.grad[0], mul(s, add(mul(x, 1.0 - s), 1.0)))};
 }
+Tensors vjp_softplus(const VjpArgs& v) {  // sigmoid(beta x), 1 where beta x > threshold (linear)
+  const attr::Softplus a = attr::Softplus::of(v.attrs);
+  Tensor bx = mul(v.in[0], a.beta);
+  return {mul(v.grad[0], where(gt(bx, a.threshold), ones_like(bx), sigmoid(bx)))};
+}
 }  // namespace
 
 DType elementwise_compute_dtype(OpKind k, const std::vector<DType>& in) {
@@ -211,6 +216,10 @@ void register_elementwise_ops() {
   AXLE_UNARY(Expm1, vjp_expm1, [](float x, const attr::Expm1&) { return std::expm1(x); });
   AXLE_UNARY(Erf, vjp_erf, [](float x, const attr::Erf&) { return std::erf(x); });
   AXLE_UNARY(Silu, vjp_silu, [](float x, const attr::Silu&) { return x / (1.0f + std::exp(-x)); });
+  AXLE_UNARY(Softplus, vjp_softplus, [](float x, const attr::Softplus& a) {
+    const float bx = float(a.beta) * x;
+    return bx > float(a.threshold) ? x : std::log1p(std::exp(bx)) / float(a.beta);
+  });
 #undef AXLE_UNARY
   register_op(OpKind::Cast, {.infer = cast_infer, .vjp = vjp_cast});
   register_op(OpKind::Copy, {.infer = copy_infer, .vjp = vjp_copy});
@@ -272,6 +281,9 @@ Tensor log1p(const Tensor& x) { return call1(OpKind::Log1p, {x}); }
 Tensor expm1(const Tensor& x) { return call1(OpKind::Expm1, {x}); }
 Tensor erf(const Tensor& x) { return call1(OpKind::Erf, {x}); }
 Tensor silu(const Tensor& x) { return call1(OpKind::Silu, {x}); }
+Tensor softplus(const Tensor& x, double beta, double threshold) {
+  return call1(OpKind::Softplus, {x}, ops::attr::Softplus{.beta = beta, .threshold = threshold}.pack());
+}
 Tensor square(const Tensor& x) { return call1(OpKind::Mul, {x, x}); }
 Tensor cast(const Tensor& x, DType t) { return call1(OpKind::Cast, {x}, {.ints = {int64_t(t)}}); }
 
