@@ -229,6 +229,9 @@ std::vector<OpCase> build_table() {
   row({"softplus", {F({2, 3, 4}, -4, 4)}, AX(softplus(x[0])), RF(map(a[0], [](double v) { return std::log1p(std::exp(v)); }))});
   row({"softplus_beta_threshold", {F({2, 3, 4}, -2, 2)}, AX(softplus(x[0], 2.0, 1.5)),
        RF(map(a[0], [](double v) { return 2 * v > 1.5 ? v : std::log1p(std::exp(2 * v)) / 2; }))});
+  row({"clamp", {F({2, 3, 4}, -1, 1)}, AX(clamp(x[0], -0.4, 0.5)),
+       RF(map(a[0], [](double v) { return std::min(std::max(v, -0.4), 0.5); }))});
+  row({"clamp_min_only", {F({2, 3, 4}, -1, 1)}, AX(clamp(x[0], 0.1)), RF(map(a[0], [](double v) { return std::max(v, 0.1); }))});
   row({"square", {F({2, 3, 4}, -2, 2)}, AX(square(x[0])), RF(map(a[0], [](double v) { return v * v; }))});
   row({"exp_method", {F({3, 4}, -2, 2)}, AX(x[0].exp()), RF(map(a[0], [](double v) { return std::exp(v); }))});
   row({"log_method", {Pos({3, 4})}, AX(x[0].log()), RF(map(a[0], [](double v) { return std::log(v); }))});

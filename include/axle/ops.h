@@ -2,6 +2,7 @@
 // on `xla` traced into the step graph. Each records its vjp for autograd.
 // The op table behind them is src/ops/ops.def.
 #pragma once
+#include <limits>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -35,6 +36,9 @@ Tensor erf(const Tensor& x);
 Tensor silu(const Tensor& x);
 /// log(1 + exp(beta x)) / beta, and x where beta x > threshold, as torch.nn.functional.softplus.
 Tensor softplus(const Tensor& x, double beta = 1, double threshold = 20);
+/// min(max(x, min), max), as torch.clamp (an unbounded side: +/-infinity); computes in float32.
+Tensor clamp(const Tensor& x, double min = -std::numeric_limits<double>::infinity(),
+             double max = std::numeric_limits<double>::infinity());
 Tensor square(const Tensor& x);
 
 // ---- binary elementwise, with broadcasting ----

@@ -178,6 +178,12 @@ Tensors vjp_softplus(const VjpArgs& v) {  // sigmoid(beta x), 1 where beta x > t
   Tensor bx = mul(v.in[0], a.beta);
   return {mul(v.grad[0], where(gt(bx, a.threshold), ones_like(bx), sigmoid(bx)))};
 }
+Tensors vjp_clamp(const VjpArgs& v) {  // the gradient where min <= x <= max
+  const attr::Clamp a = attr::Clamp::of(v.attrs);
+  const Tensor &x = v.in[0], &g = v.grad[0];
+  Tensor z = zeros_like(g);
+  return {where(ge(x, a.min), where(le(x, a.max), g, z), z)};
+}
 }  // namespace
 
 DType elementwise_compute_dtype(OpKind k, const std::vector<DType>& in) {
@@ -219,6 +225,10 @@ void register_elementwise_ops() {
   AXLE_UNARY(Softplus, vjp_softplus, [](float x, const attr::Softplus& a) {
     const float bx = float(a.beta) * x;
     return bx > float(a.threshold) ? x : std::log1p(std::exp(bx)) / float(a.beta);
+  });
+  AXLE_UNARY(Clamp, vjp_clamp, [](float x, const attr::Clamp& a) {  // min(max(x, min), max): max if min > max
+    const float lo = float(a.min), hi = float(a.max);
+    return x != x ? x : std::min(std::max(x, lo), hi);
   });
 #undef AXLE_UNARY
   register_op(OpKind::Cast, {.infer = cast_infer, .vjp = vjp_cast});
@@ -283,6 +293,9 @@ Tensor erf(const Tensor& x) { return call1(OpKind::Erf, {x}); }
 Tensor silu(const Tensor& x) { return call1(OpKind::Silu, {x}); }
 Tensor softplus(const Tensor& x, double beta, double threshold) {
   return call1(OpKind::Softplus, {x}, ops::attr::Softplus{.beta = beta, .threshold = threshold}.pack());
+}
+Tensor clamp(const Tensor& x, double min, double max) {
+  return call1(OpKind::Clamp, {x}, ops::attr::Clamp{.min = min, .max = max}.pack());
 }
 Tensor square(const Tensor& x) { return call1(OpKind::Mul, {x, x}); }
 Tensor cast(const Tensor& x, DType t) { return call1(OpKind::Cast, {x}, {.ints = {int64_t(t)}}); }
