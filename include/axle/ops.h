@@ -39,6 +39,8 @@ Tensor softplus(const Tensor& x, double beta = 1, double threshold = 20);
 /// min(max(x, min), max), as torch.clamp (an unbounded side: +/-infinity); computes in float32.
 Tensor clamp(const Tensor& x, double min = -std::numeric_limits<double>::infinity(),
              double max = std::numeric_limits<double>::infinity());
+/// x where x > 0, else negative_slope * x, as torch.nn.functional.leaky_relu.
+Tensor leaky_relu(const Tensor& x, double negative_slope = 0.01);
 Tensor square(const Tensor& x);
 
 // ---- binary elementwise, with broadcasting ----

@@ -184,6 +184,11 @@ Tensors vjp_clamp(const VjpArgs& v) {  // the gradient where min <= x <= max
   Tensor z = zeros_like(g);
   return {where(ge(x, a.min), where(le(x, a.max), g, z), z)};
 }
+Tensors vjp_leaky_relu(const VjpArgs& v) {
+  const Tensor& x = v.in[0];
+  Tensor slope = full_like(x, attr::LeakyRelu::of(v.attrs).negative_slope);
+  return {mul(v.grad[0], where(gt(x, 0.0), ones_like(x), slope))};
+}
 }  // namespace
 
 DType elementwise_compute_dtype(OpKind k, const std::vector<DType>& in) {
@@ -230,6 +235,8 @@ void register_elementwise_ops() {
     const float lo = float(a.min), hi = float(a.max);
     return x != x ? x : std::min(std::max(x, lo), hi);
   });
+  AXLE_UNARY(LeakyRelu, vjp_leaky_relu,
+             [](float x, const attr::LeakyRelu& a) { return x > 0.0f ? x : x * float(a.negative_slope); });
 #undef AXLE_UNARY
   register_op(OpKind::Cast, {.infer = cast_infer, .vjp = vjp_cast});
   register_op(OpKind::Copy, {.infer = copy_infer, .vjp = vjp_copy});
@@ -296,6 +303,9 @@ Tensor softplus(const Tensor& x, double beta, double threshold) {
 }
 Tensor clamp(const Tensor& x, double min, double max) {
   return call1(OpKind::Clamp, {x}, ops::attr::Clamp{.min = min, .max = max}.pack());
+}
+Tensor leaky_relu(const Tensor& x, double negative_slope) {
+  return call1(OpKind::LeakyRelu, {x}, ops::attr::LeakyRelu{.negative_slope = negative_slope}.pack());
 }
 Tensor square(const Tensor& x) { return call1(OpKind::Mul, {x, x}); }
 Tensor cast(const Tensor& x, DType t) { return call1(OpKind::Cast, {x}, {.ints = {int64_t(t)}}); }
