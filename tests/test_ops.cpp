@@ -234,6 +234,9 @@ std::vector<OpCase> build_table() {
   row({"clamp_min_only", {F({2, 3, 4}, -1, 1)}, AX(clamp(x[0], 0.1)), RF(map(a[0], [](double v) { return std::max(v, 0.1); }))});
   row({"leaky_relu", {Nz({2, 3, 4})}, AX(leaky_relu(x[0])), RF(map(a[0], [](double v) { return v > 0 ? v : 0.01 * v; }))});
   row({"leaky_relu_slope", {Nz({2, 3, 4})}, AX(leaky_relu(x[0], 0.2)), RF(map(a[0], [](double v) { return v > 0 ? v : 0.2 * v; }))});
+  row({"hardtanh", {F({2, 3, 4}, -2, 2)}, AX(hardtanh(x[0])), RF(map(a[0], [](double v) { return std::min(std::max(v, -1.0), 1.0); }))});
+  row({"hardtanh_bounds", {F({2, 3, 4}, -1, 1)}, AX(hardtanh(x[0], -0.3, 0.6)),
+       RF(map(a[0], [](double v) { return std::min(std::max(v, -0.3), 0.6); }))});
   row({"square", {F({2, 3, 4}, -2, 2)}, AX(square(x[0])), RF(map(a[0], [](double v) { return v * v; }))});
   row({"exp_method", {F({3, 4}, -2, 2)}, AX(x[0].exp()), RF(map(a[0], [](double v) { return std::exp(v); }))});
   row({"log_method", {Pos({3, 4})}, AX(x[0].log()), RF(map(a[0], [](double v) { return std::log(v); }))});

@@ -41,6 +41,8 @@ Tensor clamp(const Tensor& x, double min = -std::numeric_limits<double>::infinit
              double max = std::numeric_limits<double>::infinity());
 /// x where x > 0, else negative_slope * x, as torch.nn.functional.leaky_relu.
 Tensor leaky_relu(const Tensor& x, double negative_slope = 0.01);
+/// x clamped to [min_val, max_val], as torch.nn.functional.hardtanh.
+Tensor hardtanh(const Tensor& x, double min_val = -1, double max_val = 1);
 Tensor square(const Tensor& x);
 
 // ---- binary elementwise, with broadcasting ----

@@ -189,6 +189,12 @@ Tensors vjp_leaky_relu(const VjpArgs& v) {
   Tensor slope = full_like(x, attr::LeakyRelu::of(v.attrs).negative_slope);
   return {mul(v.grad[0], where(gt(x, 0.0), ones_like(x), slope))};
 }
+Tensors vjp_hardtanh(const VjpArgs& v) {  // the gradient where min_val < x < max_val
+  const attr::Hardtanh a = attr::Hardtanh::of(v.attrs);
+  const Tensor &x = v.in[0], &g = v.grad[0];
+  Tensor z = zeros_like(g);
+  return {where(gt(x, a.min_val), where(lt(x, a.max_val), g, z), z)};
+}
 }  // namespace
 
 DType elementwise_compute_dtype(OpKind k, const std::vector<DType>& in) {
@@ -237,6 +243,10 @@ void register_elementwise_ops() {
   });
   AXLE_UNARY(LeakyRelu, vjp_leaky_relu,
              [](float x, const attr::LeakyRelu& a) { return x > 0.0f ? x : x * float(a.negative_slope); });
+  AXLE_UNARY(Hardtanh, vjp_hardtanh, [](float x, const attr::Hardtanh& a) {
+    const float lo = float(a.min_val), hi = float(a.max_val);
+    return x < lo ? lo : x > hi ? hi : x;
+  });
 #undef AXLE_UNARY
   register_op(OpKind::Cast, {.infer = cast_infer, .vjp = vjp_cast});
   register_op(OpKind::Copy, {.infer = copy_infer, .vjp = vjp_copy});
@@ -306,6 +316,9 @@ Tensor clamp(const Tensor& x, double min, double max) {
 }
 Tensor leaky_relu(const Tensor& x, double negative_slope) {
   return call1(OpKind::LeakyRelu, {x}, ops::attr::LeakyRelu{.negative_slope = negative_slope}.pack());
+}
+Tensor hardtanh(const Tensor& x, double min_val, double max_val) {
+  return call1(OpKind::Hardtanh, {x}, ops::attr::Hardtanh{.min_val = min_val, .max_val = max_val}.pack());
 }
 Tensor square(const Tensor& x) { return call1(OpKind::Mul, {x, x}); }
 Tensor cast(const Tensor& x, DType t) { return call1(OpKind::Cast, {x}, {.ints = {int64_t(t)}}); }
