@@ -178,7 +178,7 @@ class FusionPass final : public Pass {
 // - max_pool2d_backward(g, x, ws) followed by relu_backward(., x): the pooling gradient goes
 //   only to each window's argmax, where x equals the pooled output y, so the relu mask
 //   (x > 0) is y > 0 and applies per window while the gradient is written (max_pool2d_backward
-//   with ints[6] = 1 and y as a 4th input; see src/ops/pool.cpp). Same values exactly.
+//   with its relu field set and y as a 4th input; see src/ops/pool.cpp). Same values exactly.
 class EpilogueFusionPass final : public Pass {
  public:
   const char* name() const override { return "epilogue-fusion"; }
@@ -201,10 +201,20 @@ class EpilogueFusionPass final : public Pass {
       const Ref src = n.operands[0];
       PNode& prod = p.nodes[size_t(src.node)];
       if (prod.kind != NodeKind::Op || uses[size_t(src.node)] != 1 || n.outs[0].dtype != kFloat32) continue;
-      const bool conv = prod.op == OpKind::Conv2d && prod.attrs.ints.size() == 7;
-      const bool linear = prod.op == OpKind::Linear && prod.attrs.ints.empty();
-      if (!conv && !linear) continue;
-      prod.attrs.ints.push_back(1);
+      // The relu becomes the producer's typed epilogue field (ops.def: FLAG(relu)).
+      if (prod.op == OpKind::Conv2d) {
+        ops::attr::Conv2d c = ops::attr::Conv2d::of(prod.attrs);
+        if (c.relu) continue;
+        c.relu = true;
+        prod.attrs = c.pack();
+      } else if (prod.op == OpKind::Linear) {
+        ops::attr::Linear l = ops::attr::Linear::of(prod.attrs);
+        if (l.relu) continue;
+        l.relu = true;
+        prod.attrs = l.pack();
+      } else {
+        continue;
+      }
       p.replace_uses({int(i), 0}, src);
       n.dead = true;
       changed = true;
@@ -224,13 +234,15 @@ class EpilogueFusionPass final : public Pass {
     const Ref g = rb.operands[0], y = rb.operands[1];
     if (g.index != 0 || !is_op(p, g, OpKind::MaxPool2dBackward) || uses[size_t(g.node)] != 1) return false;
     PNode& pb = p.nodes[size_t(g.node)];
-    if (pb.attrs.ints.size() != 6 || pb.operands.size() != 3 || !(pb.operands[1] == y)) return false;
+    ops::attr::MaxPool2dBackward pool = ops::attr::MaxPool2dBackward::of(pb.attrs);
+    if (pool.relu || pb.operands.size() != 3 || !(pb.operands[1] == y)) return false;
     const Ref ws = pb.operands[2];
     if (ws.index != 1 || !is_op(p, ws, OpKind::MaxPool2d)) return false;
     const PNode& pf = p.nodes[size_t(ws.node)];
     if (!(pf.operands[0] == y) || pf.attrs.ints != pb.attrs.ints) return false;
     if (rb.outs[0].dtype != kFloat32 || !(rb.outs[0].shape == pb.outs[0].shape)) return false;
-    pb.attrs.ints.push_back(1);
+    pool.relu = true;
+    pb.attrs = pool.pack();
     pb.operands.push_back({ws.node, 0});
     p.replace_uses({i, 0}, g);
     rb.dead = true;
