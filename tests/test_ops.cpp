@@ -36,6 +36,7 @@
 #include "axle/axle.h"
 #include "axle/runtime.h"
 #include "backend/cpu/loops.h"
+#include "backend/kernels.h"
 #include "compiler/program.h"
 #include "lazy/graph.h"
 #include "op_reference.h"
@@ -999,6 +1000,48 @@ TEST(OpTable, TraitsMatchBehaviour) {
     }
   }
 }
+
+// Every op has a shape rule and a cpu kernel, found through the op table and the kernel
+// registry (both filled by explicit calls on first use, never by static initialisers). The
+// xla device type has no kernels (its ops are recorded into graphs).
+TEST(OpTable, EveryOpHasAShapeRuleAndACpuKernel) {
+  for (size_t i = 0; i < size_t(ops::OpKind::kNumOps); ++i) {
+    const auto k = ops::OpKind(i);
+    EXPECT_NE(ops::op_def(k).infer, nullptr) << ops::op_name(k) << " has no shape rule";
+    EXPECT_TRUE(backend::supports(DeviceType::CPU, k)) << ops::op_name(k) << " has no cpu kernel";
+    EXPECT_NE(backend::kernel(DeviceType::CPU, k), nullptr) << ops::op_name(k);
+    EXPECT_FALSE(backend::supports(DeviceType::XLA, k)) << ops::op_name(k) << " has an xla kernel";
+  }
+}
+
+// Asking for a kernel a device type does not have throws, naming the op and the device type.
+TEST(KernelRegistry, MissingKernelNamesTheOpAndTheDevice) {
+  try {
+    backend::kernel(DeviceType::XLA, ops::OpKind::MaxPool2d);
+    FAIL() << "expected an axle::Error";
+  } catch (const axle::Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("[max_pool2d]"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("no kernel registered"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("xla"), std::string::npos) << msg;
+  }
+}
+
+// A registered kernel is what supports() reports and kernel() returns; registering null
+// takes it away again.
+TEST(KernelRegistry, RegisterThenLookUp) {
+  const ops::OpKind k = ops::OpKind::Relu;
+  ASSERT_FALSE(backend::supports(DeviceType::XLA, k));
+  const backend::KernelFn cpu_relu = backend::kernel(DeviceType::CPU, k);
+  backend::register_kernel(DeviceType::XLA, k, cpu_relu);
+  EXPECT_TRUE(backend::supports(DeviceType::XLA, k));
+  EXPECT_EQ(backend::kernel(DeviceType::XLA, k), cpu_relu);
+  backend::register_kernel(DeviceType::XLA, k, nullptr);
+  EXPECT_FALSE(backend::supports(DeviceType::XLA, k));
+  EXPECT_THROW(backend::kernel(DeviceType::XLA, k), axle::Error);
+}
+
+
 // ======================================================================== dropout in training mode
 // Random, so not a reference row: mask statistics, scaling, seeding and the gradient.
 
