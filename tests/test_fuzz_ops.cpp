@@ -1,4 +1,5 @@
-// Differential fuzzing: random valid op sequences (broadcasting, views, reductions,
+// Differential fuzzing: random valid op sequences (every elementwise op of the op table,
+// broadcasting, views, reductions,
 // matmul, conv, softmax, scalars that trigger folding) run on the eager cpu path, the
 // lazy xla device (one graph, all compiler passes) and xla eager mode; every value and
 // every input gradient must agree. A fixed seed corpus runs in `make test`;
@@ -8,9 +9,12 @@
 #include <cmath>
 #include <cstdlib>
 #include <functional>
+#include <map>
 #include <random>
+#include <set>
 
 #include "axle/axle.h"
+#include "ops/op.h"
 
 using namespace axle;
 
@@ -21,40 +25,81 @@ struct Instr {
   std::vector<int> args;     // indices into the value list
   std::vector<int64_t> ints;
   double scalar = 0;
+  ops::Attrs attrs{};  // an elementwise op's attributes
 };
 
 enum Op {
-  kUnary, kBinary, kScalar, kSum, kMean, kAmax, kPermute, kReshape, kSlice, kExpand, kMatmul,
-  kSoftmax, kLogSoftmax, kWhere, kCat, kConv, kPool, kCount
+  kElementwise1, kElementwise2, kScalar, kSum, kMean, kAmax, kPermute, kReshape, kSlice, kExpand, kMatmul,
+  kSoftmax, kLogSoftmax, kCat, kConv, kPool, kCount
 };
 
-const char* const kUnaryNames[] = {"neg", "exp", "log", "sqrt", "abs", "relu", "gelu", "sigmoid", "tanh"};
-const char* const kBinaryNames[] = {"add", "sub", "mul", "div", "maximum", "minimum"};
+// The elementwise ops come from the op table (every EW op in src/ops/ops.def), with operands
+// in the domain the table declares (POSITIVE, NONZERO), a bool condition for `where`, and
+// attributes drawn around each field's declared default. Nothing here names an op, so a new
+// elementwise op is fuzzed (in fused chains, on every device) from the day it is added.
+//
+// The table's elementwise ops taking one value, and those taking two (binary ops, where).
+const std::vector<ops::OpKind>& elementwise_ops(int values) {
+  static const std::vector<ops::OpKind> one = [] {
+    std::vector<ops::OpKind> v;
+    for (ops::OpKind k : ops::ops_with(ops::kElementwise))
+      if (ops::op_info(k).inputs.lo == 1) v.push_back(k);
+    return v;
+  }();
+  static const std::vector<ops::OpKind> two = [] {
+    std::vector<ops::OpKind> v;
+    for (ops::OpKind k : ops::ops_with(ops::kElementwise))
+      if (ops::op_info(k).inputs.lo > 1) v.push_back(k);
+    return v;
+  }();
+  return values == 1 ? one : two;
+}
+
+// Operands for op k in its declared domain, from any values.
+std::vector<Tensor> operands_in_domain(ops::OpKind k, const std::vector<Tensor>& values) {
+  const ops::OpInfo& info = ops::op_info(k);
+  std::vector<Tensor> v;
+  for (const Tensor& x : values) {
+    if (info.has(ops::kPositive)) v.push_back(abs(x) + 0.5);
+    else if (info.has(ops::kNonzero)) v.push_back(where(ge(x, 0.0), x + 0.5, x - 0.5));
+    else v.push_back(x);
+  }
+  if (info.inputs.lo == 3) v.insert(v.begin(), gt(values[0], 0.0));  // where(cond, a, b)
+  return v;
+}
+
+// Attributes for op k: a random dtype for DTYPE fields (cast), floats around their default
+// (uniform in [-1, 1] where the default is unbounded). Stored in the instruction, so every
+// device runs the same.
+ops::Attrs draw_attrs(ops::OpKind k, std::mt19937_64& rng) {
+  const ops::OpInfo& info = ops::op_info(k);
+  ops::Attrs a;
+  std::uniform_real_distribution<double> u(-1, 1);
+  for (size_t f = 0; f < info.num_attrs; ++f) {
+    const ops::AttrField& field = info.attrs[f];
+    if (field.type == ops::AttrType::DType) {
+      const DType choices[] = {kFloat32, kInt32, kInt64, kBool};
+      a.ints.push_back(int64_t(choices[rng() % 4]));
+    } else if (field.type == ops::AttrType::Float) {
+      const double d = field.default_value;
+      a.floats.push_back(std::isfinite(d) ? d * (1 + 0.5 * u(rng)) : u(rng));
+    } else {
+      ADD_FAILURE() << info.name << ": the fuzzer cannot draw attribute '" << field.name << "'";
+    }
+  }
+  return a;
+}
+
+Tensor apply_elementwise(ops::OpKind k, const std::vector<Tensor>& values, const ops::Attrs& a) {
+  Tensor y = ops::call1(k, operands_in_domain(k, values), a);
+  return y.dtype() == kFloat32 ? y : cast(y, kFloat32);  // comparisons, casts: back to float
+}
 
 Tensor apply_instr(const Instr& in, const std::vector<Tensor>& v) {
   auto a = [&](size_t i) -> const Tensor& { return v[size_t(in.args[i])]; };
   switch (in.op) {
-    case kUnary:
-      switch (in.ints[0]) {
-        case 0: return neg(a(0));
-        case 1: return exp(tanh(a(0)));          // bounded
-        case 2: return log(abs(a(0)) + 1.0);      // positive argument
-        case 3: return sqrt(abs(a(0)) + 0.5);
-        case 4: return abs(a(0));
-        case 5: return relu(a(0));
-        case 6: return gelu(a(0));
-        case 7: return sigmoid(a(0));
-        default: return tanh(a(0));
-      }
-    case kBinary:
-      switch (in.ints[0]) {
-        case 0: return add(a(0), a(1));
-        case 1: return sub(a(0), a(1));
-        case 2: return mul(a(0), a(1));
-        case 3: return div(a(0), abs(a(1)) + 1.0);
-        case 4: return maximum(a(0), a(1));
-        default: return minimum(a(0), a(1));
-      }
+    case kElementwise1: return apply_elementwise(elementwise_ops(1)[size_t(in.ints[0])], {a(0)}, in.attrs);
+    case kElementwise2: return apply_elementwise(elementwise_ops(2)[size_t(in.ints[0])], {a(0), a(1)}, in.attrs);
     case kScalar:
       return in.ints[0] == 0 ? mul(a(0), in.scalar) : add(a(0), in.scalar);
     case kSum: return sum(a(0), {in.ints[0]}, in.ints[1] != 0);
@@ -67,7 +112,6 @@ Tensor apply_instr(const Instr& in, const std::vector<Tensor>& v) {
     case kMatmul: return matmul(a(0), a(1));
     case kSoftmax: return softmax(a(0), in.ints[0]);
     case kLogSoftmax: return log_softmax(a(0), in.ints[0]);
-    case kWhere: return where(gt(a(0), 0.0), a(0), a(1));
     case kCat: return cat(std::vector<Tensor>{a(0), a(1)}, in.ints[0]);
     case kConv: return conv2d(a(0), a(1), {}, {.padding = {in.ints[0], in.ints[0]}});
     case kPool: return max_pool2d(a(0));
@@ -97,16 +141,22 @@ Program generate(uint64_t seed) {
   int guard = 0;
   while (int(p.code.size()) < n && guard++ < 400) {
     Instr in;
-    in.op = int(pick(0, kCount - 1));
+    // Elementwise ops take a third of the draws, so each of the table's is drawn often.
+    in.op = int(pick(0, kCount + 5));
+    if (in.op >= kCount) in.op = in.op % 2 == 0 ? kElementwise1 : kElementwise2;
     const int x = int(pick(0, int64_t(shapes.size()) - 1));
     const Shape s = shapes[size_t(x)];  // a copy: fresh inputs below grow `shapes`
     const int64_t nd = int64_t(s.size());
     in.args = {x};
-    if (nd == 0 && in.op != kUnary && in.op != kScalar && in.op != kBinary && in.op != kWhere) continue;
+    if (nd == 0 && in.op != kElementwise1 && in.op != kScalar && in.op != kElementwise2) continue;
     Shape out;
     switch (in.op) {
-      case kUnary: in.ints = {pick(0, 8)}; out = s; break;
-      case kBinary: case kWhere: {
+      case kElementwise1:
+        in.ints = {pick(0, int64_t(elementwise_ops(1).size()) - 1)};
+        in.attrs = draw_attrs(elementwise_ops(1)[size_t(in.ints[0])], rng);
+        out = s;
+        break;
+      case kElementwise2: {
         // A partner that broadcasts: an existing value of a compatible shape, else `s` with some dims set to 1.
         int y = -1;
         for (int tries = 0; tries < 8 && y < 0; ++tries) {
@@ -121,7 +171,8 @@ Program generate(uint64_t seed) {
         }
         if (y < 0) continue;
         in.args.push_back(y);
-        if (in.op == kBinary) in.ints = {pick(0, 5)};
+        in.ints = {pick(0, int64_t(elementwise_ops(2).size()) - 1)};
+        in.attrs = draw_attrs(elementwise_ops(2)[size_t(in.ints[0])], rng);
         const Shape& t = shapes[size_t(y)];
         out.assign(std::max(s.size(), t.size()), 1);
         for (size_t k = 0; k < out.size(); ++k) {
@@ -274,7 +325,7 @@ void check_program(uint64_t seed) {
     Tensor last = vals.back();
     // A fixed, data-independent weighting so that every element's gradient differs.
     Tensor w = (arange(0, last.numel(), 1, {.dtype = kFloat32}).reshape(last.shape()) * 0.01 + 0.5).to(dev);
-    sum(last * w).backward();
+    if (last.requires_grad()) sum(last * w).backward();  // not after a comparison or a cast to int
     axle::sync();
     std::vector<std::vector<float>> out;
     for (const Tensor& v : vals) out.push_back(v.to_vector<float>());
@@ -292,6 +343,7 @@ void check_program(uint64_t seed) {
       for (size_t i = 0; i < ref[k].size(); ++i) {
         const float a = got[k][i], b = ref[k][i];
         if (std::isnan(b)) { EXPECT_TRUE(std::isnan(a)) << "value " << k << " element " << i; continue; }
+        if (std::isinf(b)) { EXPECT_EQ(a, b) << "value " << k << " element " << i; continue; }
         ASSERT_NEAR(a, b, 1e-4 * (1 + std::abs(b))) << "value " << k << " element " << i;
       }
     }
@@ -309,4 +361,45 @@ TEST(DifferentialFuzz, SeedCorpus) {
     check_program(s);
     if (HasFatalFailure()) return;
   }
+}
+
+// The domains ops.def declares are right: each elementwise op, on operands made from normal
+// values by the fuzzer's rule, gives finite values and gradients (log without POSITIVE gives NaN).
+TEST(DifferentialFuzz, DeclaredDomainsGiveFiniteResults) {
+  manual_seed(3);
+  std::mt19937_64 rng(3);
+  for (int values : {1, 2}) {
+    for (ops::OpKind k : elementwise_ops(values)) {
+      SCOPED_TRACE(ops::op_name(k));
+      std::vector<Tensor> v;
+      for (int i = 0; i < values; ++i) {
+        v.push_back(randn({4096}) * 1.5);
+        v.back().set_requires_grad(true);
+      }
+      Tensor y = apply_elementwise(k, v, draw_attrs(k, rng));
+      auto finite = [](const Tensor& t) {
+        for (float f : t.to_vector<float>())
+          if (!std::isfinite(f)) return false;
+        return true;
+      };
+      EXPECT_TRUE(finite(y)) << "non-finite values: declare its domain in ops.def";
+      if (!y.requires_grad()) continue;
+      sum(y).backward();
+      for (const Tensor& x : v)
+        if (x.grad().defined()) {
+          EXPECT_TRUE(finite(x.grad())) << "non-finite gradients";
+        }
+    }
+  }
+}
+
+// The seed corpus draws every one of them (so `make test` runs each in fused chains).
+TEST(DifferentialFuzz, SeedCorpusDrawsEveryElementwiseOp) {
+  std::set<ops::OpKind> drawn;
+  for (uint64_t s = 1; s <= 150; ++s)
+    for (const Instr& in : generate(s).code)
+      if (in.op == kElementwise1 || in.op == kElementwise2)
+        drawn.insert(elementwise_ops(in.op == kElementwise1 ? 1 : 2)[size_t(in.ints[0])]);
+  for (ops::OpKind k : ops::ops_with(ops::kElementwise))
+    EXPECT_TRUE(drawn.count(k)) << ops::op_name(k) << " is drawn by no program of the seed corpus";
 }

@@ -119,6 +119,8 @@ TEST(Lazy, AutogradTracesAndMatchesEager) {
 #include <thread>
 
 #include "compiler/disk_cache.h"
+#include "lazy/graph.h"
+#include <set>
 
 namespace {
 namespace fs = std::filesystem;
@@ -296,13 +298,13 @@ TEST(DiskCache, DamagedOrForeignFilesAreRejected) {
   std::string flipped = good;
   flipped[good.size() / 2] ^= 0x10;  // in the program, after the header, before the checksum
   std::string older = good;
-  older[7] = '2';  // format version 2
+  older[7] ^= 1;  // another format version (another op table)
   const std::vector<Damage> damages = {
       {"not a cache file", "garbage", "not an axle cache file"},
       {"a flipped byte", flipped, "checksum mismatch"},
       {"cut off in the program", good.substr(0, good.size() - 20), "checksum mismatch"},
       {"cut off in the header", good.substr(0, 12), "truncated cache file"},
-      {"an older format version", older, "format version 2, this build reads version 3"},
+      {"another format version", older, "another op table or pass pipeline"},
       {"another graph's valid file", other, "file is for another graph"},
   };
   int k = 0;
@@ -324,6 +326,60 @@ TEST(DiskCache, DamagedOrForeignFilesAreRejected) {
     // ... and stored a good file in its place.
     EXPECT_EQ(read_all(cache / name), good);
   }
+}
+
+// The format version is derived from the op table: any change to any ops.def entry gives
+// another version, and a file written under another version is never loaded.
+TEST(DiskCache, FormatVersionFollowsTheOpTable) {
+  const std::string table = ops::schema_text();
+  EXPECT_EQ(compiler::cache_format_version(), compiler::format_version_of(table));
+  // The text is the table: every op's entry, in enum order.
+  size_t at = 0;
+  for (const ops::OpInfo* i = ops::op_infos_begin(); i != ops::op_infos_end(); ++i) {
+    const std::string entry = std::string(", \"") + i->name + "\", ";
+    const size_t pos = table.find(entry, at);
+    ASSERT_NE(pos, std::string::npos) << "no entry for " << i->name << " after offset " << at;
+    at = pos + entry.size();
+  }
+  // Any one-entry change (a trait dropped, an attribute added, two entries swapped) is another version.
+  std::vector<std::string> lines;
+  for (size_t s = 0, e; s < table.size(); s = e + 1) {
+    e = table.find('\n', s);
+    lines.push_back(table.substr(s, e - s));
+  }
+  ASSERT_EQ(lines.size(), size_t(ops::OpKind::kNumOps));
+  std::set<uint64_t> versions = {compiler::cache_format_version()};
+  auto version_with = [&](size_t k, const std::string& line) {
+    std::vector<std::string> l = lines;
+    l[k] = line;
+    std::string t;
+    for (const std::string& x : l) t += x + "\n";
+    return compiler::format_version_of(t);
+  };
+  for (size_t k = 0; k < lines.size(); ++k) {
+    EXPECT_TRUE(versions.insert(version_with(k, lines[k] + " | DIFF")).second) << lines[k];
+    if (k + 1 < lines.size()) {  // two ops swap numbers
+      std::vector<std::string> l = lines;
+      std::swap(l[k], l[k + 1]);
+      std::string t;
+      for (const std::string& x : l) t += x + "\n";
+      EXPECT_TRUE(versions.insert(compiler::format_version_of(t)).second) << lines[k];
+    }
+  }
+  // A file written by a build whose table differs in one entry is rejected, naming the reason.
+  Tensor x = (randn({4}).to(device()) * 2.0).relu();
+  const lazy::Graph g = lazy::build_graph({x.impl()->lazy->ir});
+  compiler::Program p = compiler::Program::from_graph(g);
+  const uint64_t other = version_with(0, lines[0] + " ");
+  const std::string ours = compiler::serialize(p, 7), theirs = compiler::serialize(p, 7, other);
+  EXPECT_NO_THROW(compiler::deserialize(ours, 7));
+  try {
+    compiler::deserialize(theirs, 7);
+    ADD_FAILURE() << "a file from another op table was loaded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("another op table"), std::string::npos) << e.what();
+  }
+  axle::sync();
 }
 
 // Two processes compiling the same graph at once both succeed, and leave one valid file.

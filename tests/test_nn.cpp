@@ -458,3 +458,18 @@ TEST(NNModule, ToLazyDeviceKeepsIdentity) {
   EXPECT_EQ(lin->weight.device(), kCPU);
   EXPECT_EQ(lin->weight.to_vector<float>(), vals);
 }
+
+// The activation modules of the new elementwise ops apply their function with their arguments.
+TEST(Activations, ModulesApplyTheirFunctions) {
+  manual_seed(2);
+  const Tensor x = randn({4, 5}) * 3.0;
+  auto same = [](const Tensor& a, const Tensor& b) { return a.to_vector<float>() == b.to_vector<float>(); };
+  EXPECT_TRUE(same(nn::SiLU()(x), silu(x)));
+  EXPECT_TRUE(same(nn::Softplus(2.0, 3.0)(x), softplus(x, 2.0, 3.0)));
+  EXPECT_FALSE(same(nn::Softplus(2.0, 3.0)(x), softplus(x)));
+  EXPECT_TRUE(same(nn::LeakyReLU(0.2)(x), leaky_relu(x, 0.2)));
+  EXPECT_FALSE(same(nn::LeakyReLU(0.2)(x), leaky_relu(x)));
+  EXPECT_TRUE(same(nn::Hardtanh(-0.5, 2.0)(x), hardtanh(x, -0.5, 2.0)));
+  EXPECT_FALSE(same(nn::Hardtanh(-0.5, 2.0)(x), hardtanh(x)));
+  EXPECT_EQ(nn::LeakyReLU().name(), "LeakyReLU");
+}

@@ -222,6 +222,23 @@ std::vector<OpCase> build_table() {
   row({"gelu", {F({2, 3, 4}, -3, 3)}, AX(gelu(x[0])), RF(map(a[0], ref::gelu))});
   row({"sigmoid", {F({2, 3, 4}, -4, 4)}, AX(sigmoid(x[0])), RF(map(a[0], ref::sigmoid))});
   row({"tanh", {F({2, 3, 4}, -3, 3)}, AX(tanh(x[0])), RF(map(a[0], [](double v) { return std::tanh(v); }))});
+  row({"sin", {F({2, 3, 4}, -3, 3)}, AX(sin(x[0])), RF(map(a[0], [](double v) { return std::sin(v); }))});
+  row({"cos", {F({2, 3, 4}, -3, 3)}, AX(cos(x[0])), RF(map(a[0], [](double v) { return std::cos(v); }))});
+  row({"log1p", {F({2, 3, 4}, -0.9, 3)}, AX(log1p(x[0])), RF(map(a[0], [](double v) { return std::log1p(v); }))});
+  row({"expm1", {F({2, 3, 4}, -2, 2)}, AX(expm1(x[0])), RF(map(a[0], [](double v) { return std::expm1(v); }))});
+  row({"erf", {F({2, 3, 4}, -2.5, 2.5)}, AX(erf(x[0])), RF(map(a[0], [](double v) { return std::erf(v); }))});
+  row({"silu", {F({2, 3, 4}, -4, 4)}, AX(silu(x[0])), RF(map(a[0], [](double v) { return v / (1 + std::exp(-v)); }))});
+  row({"softplus", {F({2, 3, 4}, -4, 4)}, AX(softplus(x[0])), RF(map(a[0], [](double v) { return std::log1p(std::exp(v)); }))});
+  row({"softplus_beta_threshold", {F({2, 3, 4}, -2, 2)}, AX(softplus(x[0], 2.0, 1.5)),
+       RF(map(a[0], [](double v) { return 2 * v > 1.5 ? v : std::log1p(std::exp(2 * v)) / 2; }))});
+  row({"clamp", {F({2, 3, 4}, -1, 1)}, AX(clamp(x[0], -0.4, 0.5)),
+       RF(map(a[0], [](double v) { return std::min(std::max(v, -0.4), 0.5); }))});
+  row({"clamp_min_only", {F({2, 3, 4}, -1, 1)}, AX(clamp(x[0], 0.1)), RF(map(a[0], [](double v) { return std::max(v, 0.1); }))});
+  row({"leaky_relu", {Nz({2, 3, 4})}, AX(leaky_relu(x[0])), RF(map(a[0], [](double v) { return v > 0 ? v : 0.01 * v; }))});
+  row({"leaky_relu_slope", {Nz({2, 3, 4})}, AX(leaky_relu(x[0], 0.2)), RF(map(a[0], [](double v) { return v > 0 ? v : 0.2 * v; }))});
+  row({"hardtanh", {F({2, 3, 4}, -2, 2)}, AX(hardtanh(x[0])), RF(map(a[0], [](double v) { return std::min(std::max(v, -1.0), 1.0); }))});
+  row({"hardtanh_bounds", {F({2, 3, 4}, -1, 1)}, AX(hardtanh(x[0], -0.3, 0.6)),
+       RF(map(a[0], [](double v) { return std::min(std::max(v, -0.3), 0.6); }))});
   row({"square", {F({2, 3, 4}, -2, 2)}, AX(square(x[0])), RF(map(a[0], [](double v) { return v * v; }))});
   row({"exp_method", {F({3, 4}, -2, 2)}, AX(x[0].exp()), RF(map(a[0], [](double v) { return std::exp(v); }))});
   row({"log_method", {Pos({3, 4})}, AX(x[0].log()), RF(map(a[0], [](double v) { return std::log(v); }))});
@@ -872,6 +889,17 @@ TEST(OpTable, LargeRowsRunOnATeam) {
   EXPECT_GE(big, 20);
 }
 
+// attr::<Op>::of(a).pack() for op k: the typed view's read and write.
+ops::Attrs repack(ops::OpKind k, const ops::Attrs& a) {
+  switch (k) {
+#define AXLE_OP(Name, ...) \
+  case ops::OpKind::Name: return ops::attr::Name::of(a).pack();
+#include "ops/ops.def"
+#undef AXLE_OP
+    default: return {};
+  }
+}
+
 // Every ops.def entry is run by some row: forward or backward, eager or in a compiled graph
 // (the fused ops exist only there). Each row is traced on the lazy device, backward included,
 // and the ops of its graph are collected before and after the standard passes.
@@ -902,9 +930,18 @@ TEST(OpTable, EveryOpHasARow) {
       if (t.defined() && t.impl()->lazy && t.impl()->lazy->ir) vals.push_back(t.impl()->lazy->ir);
     if (vals.empty()) continue;
     compiler::Program p = lazy::to_program(lazy::build_graph(vals));
+    // Each node, traced or made by a pass, fits its op's schema in ops.def.
     auto collect = [&] {
-      for (const compiler::PNode& n : p.nodes)
-        if (!n.dead && n.kind == lazy::NodeKind::Op) seen.insert(n.op);
+      for (const compiler::PNode& n : p.nodes) {
+        if (n.dead || n.kind != compiler::NodeKind::Op) continue;
+        seen.insert(n.op);
+        const ops::OpInfo& info = ops::op_info(n.op);
+        std::string why;
+        EXPECT_TRUE(ops::attrs_match(n.op, n.attrs, &why)) << c.name << ": " << why;
+        EXPECT_TRUE(info.inputs.accepts(n.operands.size())) << c.name << ": " << info.name << " with " << n.operands.size() << " inputs";
+        EXPECT_TRUE(info.outputs.accepts(n.outs.size())) << c.name << ": " << info.name << " with " << n.outs.size() << " outputs";
+        EXPECT_EQ(repack(n.op, n.attrs), n.attrs) << c.name << ": " << info.name << "'s typed attributes do not round-trip";
+      }
     };
     collect();
     backend::backend_for(kCPU).pipeline().run(p);  // the cpu backend adds the fused ops
@@ -920,21 +957,48 @@ TEST(OpTable, EveryOpHasARow) {
   }
 }
 
-// The ops without a gradient are exactly the ones ops.def (and the README) names.
+// The ops with a gradient are exactly the ones ops.def marks DIFF (and the README names), and
+// every other op says why it has none: a bool or index output, a backward op (vjps run
+// without grad mode: first order only), or one the compiler makes after autograd has run.
 TEST(OpTable, GradientsAsDocumented) {
-  const std::set<std::string> no_vjp = {
-      // not differentiable: bool or integer outputs
-      "eq", "ne", "lt", "le", "gt", "ge", "argmax", "argmin",
-      // backward ops, called only by vjps, which run without grad mode (first order only)
-      "relu_backward", "gelu_backward", "slice_backward", "index_add", "scatter_add", "softmax_backward",
-      "log_softmax_backward", "nll_loss_backward", "conv2d_backward_input", "conv2d_backward_weight",
-      "max_pool2d_backward", "avg_pool2d_backward", "adaptive_avg_pool2d_backward",
-      // made by the compiler after autograd has recorded the trace
-      "fused_elementwise", "fused_sum"};
-  for (size_t i = 0; i < size_t(ops::OpKind::kNumOps); ++i) {
-    const auto k = ops::OpKind(i);
-    EXPECT_EQ(ops::op_def(k).vjp == nullptr, no_vjp.count(ops::op_name(k)) > 0)
-        << ops::op_name(k) << (ops::op_def(k).vjp ? " has a vjp" : " has no vjp");
+  int without = 0;
+  for (const ops::OpInfo* i = ops::op_infos_begin(); i != ops::op_infos_end(); ++i) {
+    EXPECT_EQ(ops::op_def(i->kind).vjp != nullptr, i->has(ops::kDifferentiable))
+        << i->name << (ops::op_def(i->kind).vjp ? " has a vjp" : " has no vjp") << " but ops.def says otherwise";
+    if (i->has(ops::kDifferentiable)) continue;
+    ++without;
+    EXPECT_TRUE(i->traits & (ops::kCompare | ops::kIndex | ops::kBackward | ops::kCompilerMade))
+        << i->name << " has no gradient and no reason for it in ops.def";
+  }
+  EXPECT_EQ(without, 23);  // the README's list: 6 comparisons, argmax/argmin, 13 backward ops, 2 fused ops
+}
+
+// The schema's traits agree with what the ops do: arities of unary/binary ops, the dtypes of
+// COMPARE / INDEX / FLOAT_MATH outputs, and every op has a shape rule.
+TEST(OpTable, TraitsMatchBehaviour) {
+  const Tensor i64 = from_vector(std::vector<double>{1, 2, 3}, {3}, {.dtype = kInt64});
+  for (const ops::OpInfo* i = ops::op_infos_begin(); i != ops::op_infos_end(); ++i) {
+    SCOPED_TRACE(i->name);
+    EXPECT_NE(ops::op_def(i->kind).infer, nullptr);
+    EXPECT_EQ(ops::op_from_name(i->name), i->kind);
+    EXPECT_EQ(std::string(ops::op_name(i->kind)), i->name);
+    if (i->has(ops::kUnary) || i->has(ops::kBinary)) {
+      EXPECT_TRUE(i->has(ops::kElementwise));
+      EXPECT_FALSE(i->has(ops::kUnary) && i->has(ops::kBinary));
+      EXPECT_EQ(i->inputs.lo, i->has(ops::kUnary) ? 1 : 2);
+      EXPECT_FALSE(i->inputs.variadic());
+      // Integer operands: float32 out exactly for FLOAT_MATH ops, bool for comparisons.
+      std::vector<Tensor> in(size_t(i->inputs.lo), i64);
+      ops::Attrs a;  // the ops' default attributes: zeros of the declared fields
+      for (size_t f = 0; f < i->num_attrs; ++f)
+        if (i->attrs[f].type == ops::AttrType::Float) a.floats.push_back(0);
+        else a.ints.push_back(0);
+      const DType want = i->has(ops::kCompare) ? kBool : i->has(ops::kFloatMath) ? kFloat32 : kInt64;
+      EXPECT_EQ(ops::op_def(i->kind).infer(in, a)[0].dtype, want);
+    }
+    if (i->has(ops::kElementwise)) {
+      EXPECT_EQ(i->outputs.lo, 1);
+    }
   }
 }
 

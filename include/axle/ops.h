@@ -2,6 +2,7 @@
 // on `xla` traced into the step graph. Each records its vjp for autograd.
 // The op table behind them is src/ops/ops.def.
 #pragma once
+#include <limits>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -24,6 +25,24 @@ Tensor relu(const Tensor& x);
 Tensor gelu(const Tensor& x);
 Tensor sigmoid(const Tensor& x);
 Tensor tanh(const Tensor& x);
+Tensor sin(const Tensor& x);
+Tensor cos(const Tensor& x);
+/// log(1 + x), accurate for small x.
+Tensor log1p(const Tensor& x);
+/// exp(x) - 1, accurate for small x.
+Tensor expm1(const Tensor& x);
+Tensor erf(const Tensor& x);
+/// x * sigmoid(x), as torch.nn.functional.silu.
+Tensor silu(const Tensor& x);
+/// log(1 + exp(beta x)) / beta, and x where beta x > threshold, as torch.nn.functional.softplus.
+Tensor softplus(const Tensor& x, double beta = 1, double threshold = 20);
+/// min(max(x, min), max), as torch.clamp (an unbounded side: +/-infinity); computes in float32.
+Tensor clamp(const Tensor& x, double min = -std::numeric_limits<double>::infinity(),
+             double max = std::numeric_limits<double>::infinity());
+/// x where x > 0, else negative_slope * x, as torch.nn.functional.leaky_relu.
+Tensor leaky_relu(const Tensor& x, double negative_slope = 0.01);
+/// x clamped to [min_val, max_val], as torch.nn.functional.hardtanh.
+Tensor hardtanh(const Tensor& x, double min_val = -1, double max_val = 1);
 Tensor square(const Tensor& x);
 
 // ---- binary elementwise, with broadcasting ----

@@ -1,7 +1,6 @@
 #include "compiler/disk_cache.h"
 
 #include <atomic>
-#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -10,21 +9,30 @@
 #include <sstream>
 #include <unistd.h>
 
+#include "ops/schema.h"
+
 namespace axle::compiler {
 namespace {
 
-// A file starts with kMagic and one byte, the format and pass-pipeline version: a program
-// optimised by another pipeline (e.g. before an op gained a fused variant) must not be run
-// by this one.
-// 2: max_pool2d_backward with a fused relu backward (7 ints, 4 inputs), linear + relu (ints {1}).
-// 3: fused_sum (a sum fused into the elementwise chain that feeds it); op numbers after it moved.
+// A file starts with kMagic and the format version, 8 bytes: a hash of the op table
+// (ops::schema_text(): every op's name, arity, traits and attributes, in enum order) and of
+// kPipelineVersion. A program written by a build with another table (an op added, an
+// attribute changed, op numbers moved) or another pass pipeline is never run by this one.
+// kPipelineVersion: bump when a pass changes what a stored program means without a change
+// to ops.def (e.g. a new fused-program encoding). 4: the version became a hash.
 constexpr char kMagic[7] = {'A', 'X', 'L', 'E', 'P', 'G', 'M'};
-constexpr char kVersion = '3';
+constexpr int kPipelineVersion = 4;
 
 uint64_t fnv(const char* p, size_t n) {
   uint64_t h = 0xCBF29CE484222325ull;
   for (size_t i = 0; i < n; ++i) h = (h ^ uint8_t(p[i])) * 0x100000001B3ull;
   return h;
+}
+
+std::string hex(uint64_t v) {
+  char b[20];
+  std::snprintf(b, sizeof b, "%016llx", static_cast<unsigned long long>(v));
+  return b;
 }
 
 struct Writer {
@@ -89,10 +97,19 @@ struct Reader {
 
 }  // namespace
 
-std::string serialize(const Program& p, uint64_t hash) {
+uint64_t format_version_of(const std::string& table_text) {
+  return ops::hash_text(table_text + "\npipeline " + std::to_string(kPipelineVersion));
+}
+
+uint64_t cache_format_version() {
+  static const uint64_t v = format_version_of(ops::schema_text());
+  return v;
+}
+
+std::string serialize(const Program& p, uint64_t hash, uint64_t version) {
   Writer w;
   w.out.append(kMagic, 7);
-  w.out += kVersion;
+  w.u64(version);
   w.u64(hash);
   w.u64(uint64_t(p.num_inputs));
   w.u64(p.nodes.size());
@@ -126,17 +143,19 @@ std::string serialize(const Program& p, uint64_t hash) {
 }
 
 Program deserialize(const std::string& bytes, uint64_t expect_hash) {
-  AXLE_CHECK(bytes.size() >= 8 && std::memcmp(bytes.data(), kMagic, 7) == 0, "[cache] not an axle cache file");
-  const char v = bytes[7];
-  AXLE_CHECK(v == kVersion, "[cache] cache file has format version ", std::isprint(uint8_t(v)) ? v : '?',
-             ", this build reads version ", kVersion);
+  AXLE_CHECK(bytes.size() >= 7 && std::memcmp(bytes.data(), kMagic, 7) == 0, "[cache] not an axle cache file");
+  AXLE_CHECK(bytes.size() >= 7 + 8, "[cache] truncated cache file (", bytes.size(), " bytes)");
+  uint64_t v;
+  std::memcpy(&v, bytes.data() + 7, 8);
+  AXLE_CHECK(v == cache_format_version(), "[cache] cache file has format version ", hex(v),
+             ", this build reads version ", hex(cache_format_version()), " (another op table or pass pipeline)");
   // Magic and version, graph hash, checksum: a shorter file was cut off.
-  AXLE_CHECK(bytes.size() >= 8 + 8 + 8, "[cache] truncated cache file (", bytes.size(), " bytes)");
+  AXLE_CHECK(bytes.size() >= 7 + 8 + 8 + 8, "[cache] truncated cache file (", bytes.size(), " bytes)");
   uint64_t stored;
   std::memcpy(&stored, bytes.data() + bytes.size() - 8, 8);
   AXLE_CHECK(stored == fnv(bytes.data(), bytes.size() - 8), "[cache] checksum mismatch: the file is truncated or corrupt");
   std::string body = bytes.substr(0, bytes.size() - 8);
-  Reader r{body, 8};
+  Reader r{body, 7 + 8};
   AXLE_CHECK(r.u64() == expect_hash, "[cache] file is for another graph");
   Program p;
   p.num_inputs = int(r.count(1 << 20));

@@ -17,8 +17,15 @@ std::optional<Program> disk_cache_load(const std::string& dir, uint64_t hash);
 /// Stores atomically (temporary file, then rename).
 void disk_cache_store(const std::string& dir, uint64_t hash, const Program& p);
 
-/// Binary form of a program (exposed for tests).
-std::string serialize(const Program& p, uint64_t hash);
+/// The format version this build writes and reads: a hash of the op table's text
+/// (ops::schema_text()) and the pass pipeline's version, so a file written by a build with
+/// another table or pipeline is never loaded.
+uint64_t cache_format_version();
+/// The format version a build whose ops.def reads `table_text` would have (for tests).
+uint64_t format_version_of(const std::string& table_text);
+
+/// Binary form of a program (exposed for tests); `version`: the format version to write.
+std::string serialize(const Program& p, uint64_t hash, uint64_t version = cache_format_version());
 /// Throws axle::Error on any inconsistency.
 Program deserialize(const std::string& bytes, uint64_t expect_hash);
 

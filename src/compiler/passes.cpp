@@ -20,7 +20,7 @@ class DcePass final : public Pass {
     for (const Ref& r : p.outputs) live[size_t(r.node)] = true;
     // Ops with side effects (collectives) run even if no output is used.
     for (size_t i = 0; i < p.nodes.size(); ++i)
-      if (!p.nodes[i].dead && p.nodes[i].kind == NodeKind::Op && ops::op_def(p.nodes[i].op).has_side_effects)
+      if (!p.nodes[i].dead && p.nodes[i].kind == NodeKind::Op && ops::has_side_effects(p.nodes[i].op))
         live[i] = true;
     for (size_t i = p.nodes.size(); i-- > 0;) {
       if (!live[i]) continue;
@@ -64,7 +64,7 @@ class CsePass final : public Pass {
       PNode& n = p.nodes[i];
       if (n.dead || n.kind == NodeKind::Data) continue;
       if (n.kind == NodeKind::Constant && n.constant.numel() != 1) continue;
-      if (n.kind == NodeKind::Op && ops::op_def(n.op).has_side_effects) continue;  // two collectives are two calls
+      if (n.kind == NodeKind::Op && ops::has_side_effects(n.op)) continue;  // two collectives are two calls
       auto [it, fresh] = seen.try_emplace(node_key(n), int(i));
       if (fresh) continue;
       for (size_t j = 0; j < n.outs.size(); ++j) p.replace_uses({int(i), int(j)}, {it->second, int(j)});
@@ -84,7 +84,7 @@ class ConstantFoldingPass final : public Pass {
     for (size_t i = 0; i < p.nodes.size(); ++i) {
       PNode& n = p.nodes[i];
       if (n.dead || n.kind != NodeKind::Op || n.operands.empty()) continue;
-      if (ops::op_def(n.op).has_side_effects) continue;  // must run with the other ranks, at run time
+      if (ops::has_side_effects(n.op)) continue;  // must run with the other ranks, at run time
       if (!ops::supports(DeviceType::CPU, n.op)) continue;  // folding runs the cpu kernel
       bool all_const = true;
       int64_t numel = 0;

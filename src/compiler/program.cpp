@@ -113,45 +113,6 @@ std::string Program::text() const {
   return s + "\n";
 }
 
-Arity op_arity(ops::OpKind k) {
-  using K = ops::OpKind;
-  constexpr int kAny = -1;
-  // No default: a new op kind fails to compile (-Wswitch) until its operand count is here.
-  switch (k) {
-    case K::Neg: case K::Exp: case K::Log: case K::Sqrt: case K::Rsqrt: case K::Abs: case K::Relu:
-    case K::Gelu: case K::Sigmoid: case K::Tanh: case K::Cast: case K::Copy:
-      return {1, 1};
-    case K::ReluBackward: case K::GeluBackward:  // (grad, y or x)
-      return {2, 2};
-    case K::Add: case K::Sub: case K::Mul: case K::Div: case K::Pow: case K::Maximum: case K::Minimum:
-    case K::Eq: case K::Ne: case K::Lt: case K::Le: case K::Gt: case K::Ge:
-      return {2, 2};
-    case K::Where: return {3, 3};
-    case K::Reshape: case K::Permute: case K::Expand: case K::Slice: case K::SliceBackward:
-      return {1, 1};
-    case K::Cat: return {1, kAny};
-    case K::IndexSelect: case K::IndexAdd: case K::Gather: case K::ScatterAdd:  // (x or grad, index)
-      return {2, 2};
-    case K::Sum: case K::Amax: case K::Amin: case K::Argmax: case K::Argmin: case K::Softmax: case K::LogSoftmax:
-      return {1, 1};
-    case K::SoftmaxBackward: case K::LogSoftmaxBackward: return {2, 2};  // (grad, y)
-    case K::NllLoss: return {2, 2};                                          // (logp, target)
-    case K::NllLossBackward: return {3, 3};                                  // (grad, target, logp)
-    case K::Matmul: return {2, 2};
-    case K::Linear: case K::Conv2d: return {2, 3};  // (x, w, bias?)
-    case K::Conv2dBackwardInput: case K::Conv2dBackwardWeight: return {2, 2};
-    case K::MaxPool2d: return {1, 1};
-    case K::MaxPool2dBackward: return {3, 4};  // (grad, x, workspace, y when a relu backward is fused)
-    case K::AvgPool2d: case K::AvgPool2dBackward: case K::AdaptiveAvgPool2d: case K::AdaptiveAvgPool2dBackward:
-      return {1, 1};
-    case K::FusedElementwise: case K::FusedSum: return {1, kAny};
-    case K::AllReduce: return {1, kAny};
-    case K::AllGather: case K::ReduceScatter: case K::Broadcast: return {1, 1};
-    case K::kNumOps: break;
-  }
-  AXLE_FAIL("[verify] op kind ", int(k), " is not in the op table");
-}
-
 namespace {
 // A tensor with an operand's recorded dtype and shape and no data, as the tracer hands
 // shape rules lazy tensors whose values do not exist yet: infer reads only metadata.
@@ -208,18 +169,25 @@ void Program::verify(const std::string& stage) const {
     if (n.kind != NodeKind::Op) {
       AXLE_CHECK(n.operands.empty() && n.outs.size() == 1, where, line(), ": expected no operands and one output");
     } else {
-      const Arity ar = op_arity(n.op);
+      // The op's schema (ops.def): operand and output counts, typed attributes.
+      const ops::OpInfo& info = ops::op_info(n.op);
+      const ops::Arity ar = info.inputs;
       const int count = int(n.operands.size());
-      AXLE_CHECK(count >= ar.min && (ar.max < 0 || count <= ar.max), where, line(), ": expected ", ar.min,
-                 ar.max < 0 ? " or more" : ar.max == ar.min ? "" : " to " + std::to_string(ar.max), " operands, found ",
-                 count);
+      AXLE_CHECK(ar.accepts(n.operands.size()), where, line(), ": expected ", ar.lo,
+                 ar.hi == ops::Arity::kAny ? " or more" : ar.hi == ar.lo ? "" : " to " + std::to_string(ar.hi),
+                 " operands, found ", count);
+      AXLE_CHECK(info.outputs.accepts(n.outs.size()), where, line(), ": expected ", info.outputs.lo,
+                 info.outputs.hi == ops::Arity::kAny ? " or more" : info.outputs.hi == info.outputs.lo ? "" : " to " + std::to_string(info.outputs.hi),
+                 " outputs, found ", n.outs.size());
+      std::string why;
+      AXLE_CHECK(ops::attrs_match(n.op, n.attrs, &why), where, line(), ": attributes do not match the schema: ", why);
       ops::Tensors in;
       in.reserve(n.operands.size());
       for (size_t j = 0; j < n.operands.size(); ++j) {
         const Ref& r = n.operands[j];
         auto what = [&] { return line() + " operand " + std::to_string(j); };
         if (r.node < 0) {
-          AXLE_CHECK(int(j) >= ar.min, where, what(), " is absent, but only operands after the first ", ar.min,
+          AXLE_CHECK(int(j) >= ar.lo, where, what(), " is absent, but only operands after the first ", ar.lo,
                      " are optional");
           in.emplace_back();
           continue;

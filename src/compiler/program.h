@@ -55,21 +55,13 @@ struct Program {
   std::string node_text(size_t i) const;
   /// Throws axle::Error if the program is malformed, naming `stage` (what made it, e.g.
   /// "after pass 'cse'"), the node's text line and what was expected. Checks: operands refer
-  /// to earlier live nodes and existing outputs; each op has as many operands as op_arity
-  /// allows, required ones present; inputs are numbered 0..num_inputs-1 once each; a
+  /// to earlier live nodes and existing outputs; each op has the operand and output counts
+  /// and the attributes its schema declares (ops.def), required operands present; inputs are numbered 0..num_inputs-1 once each; a
   /// constant's value matches its recorded dtype and shape; and it re-runs each op's shape
   /// rule (ops::op_def(op).infer) on data-less tensors of its operands' recorded shapes
   /// and dtypes, which must accept them and give exactly the node's recorded outputs.
   void verify(const std::string& stage = "") const;
 };
-
-/// The number of operands an op takes: min..max (max -1: any number); operands past `min`
-/// are optional (absent: Ref::node == -1). The ONE place operand counts are written down
-/// until the op table carries each op's schema (issue 12, part 3 moves it there).
-struct Arity {
-  int min = 0, max = 0;
-};
-Arity op_arity(ops::OpKind k);
 
 /// Whether PassPipeline::run verifies the program before the first pass and after each one.
 /// AXLE_VERIFY=1 turns it on, AXLE_VERIFY=0 off; unset: on in builds without NDEBUG, off in

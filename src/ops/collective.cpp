@@ -1,7 +1,7 @@
 // Collective ops: all_reduce, all_gather, reduce_scatter, broadcast: shape rules, vjps and
 // the tensor-level API (axle/dist.h). Their cpu kernels (src/backend/cpu/kernels/collective.cpp)
-// call the process group named by the op's `group id` attribute. Registered with
-// has_side_effects (see op.h).
+// call the process group named by the op's `group id` attribute. ops.def marks them
+// EFFECTS (ops::has_side_effects).
 #include <cstring>
 
 #include "axle/dist.h"
@@ -115,10 +115,10 @@ Tensors broadcast_vjp(const VjpArgs& v) {
 }  // namespace
 
 void register_collective_ops() {
-  register_op(OpKind::AllReduce, {.infer = all_reduce_infer, .vjp = all_reduce_vjp, .has_side_effects = true});
-  register_op(OpKind::AllGather, {.infer = all_gather_infer, .vjp = all_gather_vjp, .has_side_effects = true});
-  register_op(OpKind::ReduceScatter, {.infer = reduce_scatter_infer, .vjp = reduce_scatter_vjp, .has_side_effects = true});
-  register_op(OpKind::Broadcast, {.infer = broadcast_infer, .vjp = broadcast_vjp, .has_side_effects = true});
+  register_op(OpKind::AllReduce, {.infer = all_reduce_infer, .vjp = all_reduce_vjp});
+  register_op(OpKind::AllGather, {.infer = all_gather_infer, .vjp = all_gather_vjp});
+  register_op(OpKind::ReduceScatter, {.infer = reduce_scatter_infer, .vjp = reduce_scatter_vjp});
+  register_op(OpKind::Broadcast, {.infer = broadcast_infer, .vjp = broadcast_vjp});
 }
 
 }  // namespace axle::ops

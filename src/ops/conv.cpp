@@ -50,8 +50,8 @@ std::vector<Meta> conv_infer(const Tensors& in, const Attrs& a) {
   AXLE_CHECK(w.dim() == 4, "[conv2d] expected a 4-D weight [O, C/groups, kh, kw], got ", shape_str(w.shape()));
   AXLE_CHECK(x.dtype() == kFloat32 && w.dtype() == kFloat32, "[conv2d] expected float32 input and weight, got ",
              x.dtype(), " and ", w.dtype());
-  // 7 ints, or 8 when the compiler fused a relu epilogue (ints[7] = 1).
-  check_conv_attrs(a, a.ints.size() == 8 ? 8 : 7, "conv2d");
+  // 7 ints, and the relu field when the compiler fused a relu epilogue (ops.def: FLAG(relu)).
+  check_conv_attrs(a, attr::Conv2d::of(a).relu ? 8 : 7, "conv2d");
   ConvGeom q = conv_geom(x.shape(), w.shape(), a, "conv2d");
   if (in.size() > 2 && in[2].defined()) {
     AXLE_CHECK(in[2].dim() == 1 && in[2].shape()[0] == q.O && in[2].dtype() == kFloat32,
@@ -62,7 +62,7 @@ std::vector<Meta> conv_infer(const Tensors& in, const Attrs& a) {
 }
 
 Tensors conv_vjp(const VjpArgs& v) {
-  AXLE_CHECK(v.attrs.ints.size() == 7, "[conv2d] internal: a compiler-fused conv has no gradient of its own");
+  AXLE_CHECK(!attr::Conv2d::of(v.attrs).relu, "[conv2d] internal: a compiler-fused conv has no gradient of its own");
   const Tensor &x = v.in[0], &w = v.in[1], &g = v.grad[0];
   Tensors r(v.in.size());
   const Attrs& a = v.attrs;

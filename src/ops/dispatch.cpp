@@ -18,7 +18,7 @@ namespace {
 
 constexpr size_t kNumOps = size_t(OpKind::kNumOps);
 const char* const kNames[] = {
-#define AXLE_OP(name, str) str,
+#define AXLE_OP(name, str, ...) str,
 #include "ops/ops.def"
 #undef AXLE_OP
 };
@@ -31,7 +31,7 @@ std::array<OpDef, kNumOps>& table() {
 thread_local bool g_grad_enabled = true;
 
 const char* const kOpTimerNames[] = {
-#define AXLE_OP(name, str) "op::" str,
+#define AXLE_OP(name, str, ...) "op::" str,
 #include "ops/ops.def"
 #undef AXLE_OP
 };

@@ -6,6 +6,7 @@
 #include "axle/ops.h"
 #include "ops/op.h"
 #include "ops/elementwise.h"
+#include "ops/pointwise.h"
 
 namespace axle::ops {
 
@@ -28,18 +29,7 @@ void check_defined(const Tensor& t, const char* op, const char* arg) {
 
 namespace {
 
-bool is_float_op(OpKind k) {
-  switch (k) {
-    case OpKind::Exp: case OpKind::Log: case OpKind::Sqrt: case OpKind::Rsqrt: case OpKind::Gelu:
-    case OpKind::Sigmoid: case OpKind::Tanh: case OpKind::Div: case OpKind::Pow: case OpKind::GeluBackward:
-      return true;
-    default: return false;
-  }
-}
-bool is_compare(OpKind k) {
-  return k == OpKind::Eq || k == OpKind::Ne || k == OpKind::Lt || k == OpKind::Le || k == OpKind::Gt ||
-         k == OpKind::Ge;
-}
+bool is_compare(OpKind k) { return op_info(k).has(kCompare); }
 
 DType unary_dtype(OpKind k, DType in) {
   if (is_float_op(k) && !is_floating(in)) return kFloat32;
@@ -170,20 +160,42 @@ Tensors vjp_where(const VjpArgs& v) {
           v.needs[2] ? sum_to(where(c, z, g), v.in[2].shape()) : Tensor()};
 }
 
-}  // namespace
-
-bool is_elementwise(OpKind k) {
-  switch (k) {
-#define AXLE_EW(K) case OpKind::K:
-    AXLE_EW(Neg) AXLE_EW(ReluBackward) AXLE_EW(Exp) AXLE_EW(Log) AXLE_EW(Sqrt) AXLE_EW(Rsqrt) AXLE_EW(Abs) AXLE_EW(Relu) AXLE_EW(Gelu)
-    AXLE_EW(GeluBackward) AXLE_EW(Sigmoid) AXLE_EW(Tanh) AXLE_EW(Cast) AXLE_EW(Add) AXLE_EW(Sub) AXLE_EW(Mul)
-    AXLE_EW(Div) AXLE_EW(Pow) AXLE_EW(Maximum) AXLE_EW(Minimum) AXLE_EW(Eq) AXLE_EW(Ne) AXLE_EW(Lt) AXLE_EW(Le)
-    AXLE_EW(Gt) AXLE_EW(Ge) AXLE_EW(Where)
-#undef AXLE_EW
-    return true;
-    default: return false;
-  }
+Tensors vjp_sin(const VjpArgs& v) { return {mul(v.grad[0], cos(v.in[0]))}; }
+Tensors vjp_cos(const VjpArgs& v) { return {neg(mul(v.grad[0], sin(v.in[0])))}; }
+Tensors vjp_log1p(const VjpArgs& v) { return {div(v.grad[0], add(v.in[0], 1.0))}; }
+Tensors vjp_expm1(const VjpArgs& v) { return {mul(v.grad[0], add(v.out[0], 1.0))}; }
+Tensors vjp_erf(const VjpArgs& v) {  // 2/sqrt(pi) exp(-x^2)
+  const Tensor& x = v.in[0];
+  return {mul(v.grad[0], mul(exp(neg(mul(x, x))), 1.1283791670955126))};
 }
+Tensors vjp_silu(const VjpArgs& v) {  // s (1 + x (1 - s)), s = sigmoid(x)
+  const Tensor& x = v.in[0];
+  Tensor s = sigmoid(x);
+  return {mul(v.grad[0], mul(s, add(mul(x, 1.0 - s), 1.0)))};
+}
+Tensors vjp_softplus(const VjpArgs& v) {  // sigmoid(beta x), 1 where beta x > threshold (linear)
+  const attr::Softplus a = attr::Softplus::of(v.attrs);
+  Tensor bx = mul(v.in[0], a.beta);
+  return {mul(v.grad[0], where(gt(bx, a.threshold), ones_like(bx), sigmoid(bx)))};
+}
+Tensors vjp_clamp(const VjpArgs& v) {  // the gradient where min <= x <= max
+  const attr::Clamp a = attr::Clamp::of(v.attrs);
+  const Tensor &x = v.in[0], &g = v.grad[0];
+  Tensor z = zeros_like(g);
+  return {where(ge(x, a.min), where(le(x, a.max), g, z), z)};
+}
+Tensors vjp_leaky_relu(const VjpArgs& v) {
+  const Tensor& x = v.in[0];
+  Tensor slope = full_like(x, attr::LeakyRelu::of(v.attrs).negative_slope);
+  return {mul(v.grad[0], where(gt(x, 0.0), ones_like(x), slope))};
+}
+Tensors vjp_hardtanh(const VjpArgs& v) {  // the gradient where min_val < x < max_val
+  const attr::Hardtanh a = attr::Hardtanh::of(v.attrs);
+  const Tensor &x = v.in[0], &g = v.grad[0];
+  Tensor z = zeros_like(g);
+  return {where(gt(x, a.min_val), where(lt(x, a.max_val), g, z), z)};
+}
+}  // namespace
 
 DType elementwise_compute_dtype(OpKind k, const std::vector<DType>& in) {
   if (k == OpKind::Where) return promote(in[1], in[2]);
@@ -192,37 +204,73 @@ DType elementwise_compute_dtype(OpKind k, const std::vector<DType>& in) {
   return binary_compute_dtype(k, in[0], in[1]);
 }
 
+// ------------------------------------------------------------------ scalar math
+// Each UNARY / BINARY op's math, written once in its registration below: the backends'
+// elementwise kernels run it (pointwise.h). Generic (`auto`) for the ops that compute in
+// the operands' dtype; the op's typed attributes come as the last argument.
+namespace {
+constexpr float kInvSqrt2 = 0.70710678118654752f;
+constexpr float kInvSqrt2Pi = 0.39894228040143268f;
+
+}  // namespace
+
 void register_elementwise_ops() {
-#define AXLE_UNARY(K, VJP) register_op(OpKind::K, {.infer = unary_infer<OpKind::K>, .vjp = VJP})
-  AXLE_UNARY(Neg, vjp_neg);
-  AXLE_UNARY(Exp, vjp_exp);
-  AXLE_UNARY(Log, vjp_log);
-  AXLE_UNARY(Sqrt, vjp_sqrt);
-  AXLE_UNARY(Rsqrt, vjp_rsqrt);
-  AXLE_UNARY(Abs, vjp_abs);
-  AXLE_UNARY(Relu, vjp_relu);
-  AXLE_UNARY(Gelu, vjp_gelu);
-  AXLE_UNARY(Sigmoid, vjp_sigmoid);
-  AXLE_UNARY(Tanh, vjp_tanh);
+#define AXLE_UNARY(K, VJP, ...) \
+  register_op(OpKind::K, {.infer = unary_infer<OpKind::K>, .vjp = VJP, .pointwise = pointwise<OpKind::K>(__VA_ARGS__)})
+  AXLE_UNARY(Neg, vjp_neg, [](auto x, const attr::Neg&) { return -x; });
+  AXLE_UNARY(Exp, vjp_exp, [](float x, const attr::Exp&) { return std::exp(x); });
+  AXLE_UNARY(Log, vjp_log, [](float x, const attr::Log&) { return std::log(x); });
+  AXLE_UNARY(Sqrt, vjp_sqrt, [](float x, const attr::Sqrt&) { return std::sqrt(x); });
+  AXLE_UNARY(Rsqrt, vjp_rsqrt, [](float x, const attr::Rsqrt&) { return 1.0f / std::sqrt(x); });
+  AXLE_UNARY(Abs, vjp_abs, [](auto x, const attr::Abs&) { return x < decltype(x)(0) ? -x : x; });
+  AXLE_UNARY(Relu, vjp_relu, [](auto x, const attr::Relu&) { return x > decltype(x)(0) ? x : decltype(x)(0); });
+  AXLE_UNARY(Gelu, vjp_gelu, [](float x, const attr::Gelu&) { return 0.5f * x * (1.0f + std::erf(x * kInvSqrt2)); });
+  AXLE_UNARY(Sigmoid, vjp_sigmoid, [](float x, const attr::Sigmoid&) { return 1.0f / (1.0f + std::exp(-x)); });
+  AXLE_UNARY(Tanh, vjp_tanh, [](float x, const attr::Tanh&) { return std::tanh(x); });
+  AXLE_UNARY(Sin, vjp_sin, [](float x, const attr::Sin&) { return std::sin(x); });
+  AXLE_UNARY(Cos, vjp_cos, [](float x, const attr::Cos&) { return std::cos(x); });
+  AXLE_UNARY(Log1p, vjp_log1p, [](float x, const attr::Log1p&) { return std::log1p(x); });
+  AXLE_UNARY(Expm1, vjp_expm1, [](float x, const attr::Expm1&) { return std::expm1(x); });
+  AXLE_UNARY(Erf, vjp_erf, [](float x, const attr::Erf&) { return std::erf(x); });
+  AXLE_UNARY(Silu, vjp_silu, [](float x, const attr::Silu&) { return x / (1.0f + std::exp(-x)); });
+  AXLE_UNARY(Softplus, vjp_softplus, [](float x, const attr::Softplus& a) {
+    const float bx = float(a.beta) * x;
+    return bx > float(a.threshold) ? x : std::log1p(std::exp(bx)) / float(a.beta);
+  });
+  AXLE_UNARY(Clamp, vjp_clamp, [](float x, const attr::Clamp& a) {  // min(max(x, min), max): max if min > max
+    const float lo = float(a.min), hi = float(a.max);
+    return x != x ? x : std::min(std::max(x, lo), hi);
+  });
+  AXLE_UNARY(LeakyRelu, vjp_leaky_relu,
+             [](float x, const attr::LeakyRelu& a) { return x > 0.0f ? x : x * float(a.negative_slope); });
+  AXLE_UNARY(Hardtanh, vjp_hardtanh, [](float x, const attr::Hardtanh& a) {
+    const float lo = float(a.min_val), hi = float(a.max_val);
+    return x < lo ? lo : x > hi ? hi : x;
+  });
 #undef AXLE_UNARY
   register_op(OpKind::Cast, {.infer = cast_infer, .vjp = vjp_cast});
   register_op(OpKind::Copy, {.infer = copy_infer, .vjp = vjp_copy});
-#define AXLE_BINARY(K, VJP) register_op(OpKind::K, {.infer = binary_infer<OpKind::K>, .vjp = VJP})
-  AXLE_BINARY(Add, vjp_add);
-  AXLE_BINARY(Sub, vjp_sub);
-  AXLE_BINARY(Mul, vjp_mul);
-  AXLE_BINARY(Div, vjp_div);
-  AXLE_BINARY(Pow, vjp_pow);
-  AXLE_BINARY(Maximum, vjp_maximum);
-  AXLE_BINARY(Minimum, vjp_minimum);
-  AXLE_BINARY(GeluBackward, nullptr);
-  AXLE_BINARY(ReluBackward, nullptr);
-  AXLE_BINARY(Eq, nullptr);
-  AXLE_BINARY(Ne, nullptr);
-  AXLE_BINARY(Lt, nullptr);
-  AXLE_BINARY(Le, nullptr);
-  AXLE_BINARY(Gt, nullptr);
-  AXLE_BINARY(Ge, nullptr);
+#define AXLE_BINARY(K, VJP, ...) \
+  register_op(OpKind::K, {.infer = binary_infer<OpKind::K>, .vjp = VJP, .pointwise = pointwise<OpKind::K>(__VA_ARGS__)})
+  AXLE_BINARY(Add, vjp_add, [](auto x, auto y, const attr::Add&) { return x + y; });
+  AXLE_BINARY(Sub, vjp_sub, [](auto x, auto y, const attr::Sub&) { return x - y; });
+  AXLE_BINARY(Mul, vjp_mul, [](auto x, auto y, const attr::Mul&) { return x * y; });
+  AXLE_BINARY(Div, vjp_div, [](float x, float y, const attr::Div&) { return x / y; });
+  AXLE_BINARY(Pow, vjp_pow, [](float x, float y, const attr::Pow&) { return std::pow(x, y); });
+  AXLE_BINARY(Maximum, vjp_maximum, [](auto x, auto y, const attr::Maximum&) { return x > y || x != x ? x : y; });
+  AXLE_BINARY(Minimum, vjp_minimum, [](auto x, auto y, const attr::Minimum&) { return x < y || x != x ? x : y; });
+  AXLE_BINARY(GeluBackward, nullptr, [](float g, float x, const attr::GeluBackward&) {  // (grad, x)
+    float cdf = 0.5f * (1.0f + std::erf(x * kInvSqrt2));
+    return g * (cdf + x * kInvSqrt2Pi * std::exp(-0.5f * x * x));
+  });
+  AXLE_BINARY(ReluBackward, nullptr,  // (grad, y)
+              [](auto g, auto y, const attr::ReluBackward&) { return y > decltype(y)(0) ? g : decltype(g)(0); });
+  AXLE_BINARY(Eq, nullptr, [](auto x, auto y, const attr::Eq&) { return x == y; });
+  AXLE_BINARY(Ne, nullptr, [](auto x, auto y, const attr::Ne&) { return x != y; });
+  AXLE_BINARY(Lt, nullptr, [](auto x, auto y, const attr::Lt&) { return x < y; });
+  AXLE_BINARY(Le, nullptr, [](auto x, auto y, const attr::Le&) { return x <= y; });
+  AXLE_BINARY(Gt, nullptr, [](auto x, auto y, const attr::Gt&) { return x > y; });
+  AXLE_BINARY(Ge, nullptr, [](auto x, auto y, const attr::Ge&) { return x >= y; });
 #undef AXLE_BINARY
   register_op(OpKind::Where, {.infer = where_infer, .vjp = vjp_where});
 }
@@ -254,6 +302,24 @@ Tensor relu(const Tensor& x) { return call1(OpKind::Relu, {x}); }
 Tensor gelu(const Tensor& x) { return call1(OpKind::Gelu, {x}); }
 Tensor sigmoid(const Tensor& x) { return call1(OpKind::Sigmoid, {x}); }
 Tensor tanh(const Tensor& x) { return call1(OpKind::Tanh, {x}); }
+Tensor sin(const Tensor& x) { return call1(OpKind::Sin, {x}); }
+Tensor cos(const Tensor& x) { return call1(OpKind::Cos, {x}); }
+Tensor log1p(const Tensor& x) { return call1(OpKind::Log1p, {x}); }
+Tensor expm1(const Tensor& x) { return call1(OpKind::Expm1, {x}); }
+Tensor erf(const Tensor& x) { return call1(OpKind::Erf, {x}); }
+Tensor silu(const Tensor& x) { return call1(OpKind::Silu, {x}); }
+Tensor softplus(const Tensor& x, double beta, double threshold) {
+  return call1(OpKind::Softplus, {x}, ops::attr::Softplus{.beta = beta, .threshold = threshold}.pack());
+}
+Tensor clamp(const Tensor& x, double min, double max) {
+  return call1(OpKind::Clamp, {x}, ops::attr::Clamp{.min = min, .max = max}.pack());
+}
+Tensor leaky_relu(const Tensor& x, double negative_slope) {
+  return call1(OpKind::LeakyRelu, {x}, ops::attr::LeakyRelu{.negative_slope = negative_slope}.pack());
+}
+Tensor hardtanh(const Tensor& x, double min_val, double max_val) {
+  return call1(OpKind::Hardtanh, {x}, ops::attr::Hardtanh{.min_val = min_val, .max_val = max_val}.pack());
+}
 Tensor square(const Tensor& x) { return call1(OpKind::Mul, {x, x}); }
 Tensor cast(const Tensor& x, DType t) { return call1(OpKind::Cast, {x}, {.ints = {int64_t(t)}}); }
 

@@ -2,10 +2,12 @@
 // fusion pass builds it; the kernel (src/backend/cpu/kernels/fused.cpp) walks the data in
 // tiles that stay in L1, so intermediate values never touch main memory.
 //
-// Program (Attrs::ints):
+// Program (Attrs::ints; written by FProgram::encode, read by parse, both below):
 //   ndim, dims...                           iteration shape S
 //   n_in, (dtype, is_scalar) * n_in         inputs: shape S, or one element (broadcast)
-//   n_ops, per op: kind, out_dtype, compute_dtype, n_operands, refs...
+//   n_ops, per op: kind, out_dtype, compute_dtype, n_operands, refs...,
+//                  n_ints, ints..., n_floats  the op's attributes: its floats are the next
+//                                           n_floats of Attrs::floats
 //                                           ref >= 0: op index; ref < 0: input -(ref+1)
 //   n_out, op index * n_out                 which op results are outputs
 //   [n_donate, (out k, input j) * n_donate] optional, added when lowering: output k may be
@@ -26,7 +28,7 @@ namespace axle::ops {
 // The tile program starting at ints[first].
 FProgram parse(const Attrs& a, size_t first) {
   const auto& v = a.ints;
-  size_t i = first;
+  size_t i = first, f = 0;
   auto next = [&]() -> int64_t {
     AXLE_CHECK(i < v.size(), "[fused_elementwise] malformed program");
     return v[i++];
@@ -48,6 +50,12 @@ FProgram parse(const Attrs& a, size_t first) {
     op.compute = DType(next());
     int64_t nr = next();
     for (int64_t r = 0; r < nr; ++r) op.refs.push_back(next());
+    int64_t ni = next();
+    for (int64_t r = 0; r < ni; ++r) op.attrs.ints.push_back(next());
+    int64_t nf = next();
+    AXLE_CHECK(nf >= 0 && f + size_t(nf) <= a.floats.size(), "[fused_elementwise] malformed program");
+    op.attrs.floats.assign(a.floats.begin() + std::ptrdiff_t(f), a.floats.begin() + std::ptrdiff_t(f + size_t(nf)));
+    f += size_t(nf);
     p.ops.push_back(std::move(op));
   }
   int64_t nout = next();
@@ -60,6 +68,36 @@ FProgram parse(const Attrs& a, size_t first) {
     }
   }
   return p;
+}
+
+void FProgram::encode(Attrs& a) const {
+  auto& v = a.ints;
+  v.push_back(int64_t(shape.size()));
+  v.insert(v.end(), shape.begin(), shape.end());
+  v.push_back(int64_t(inputs.size()));
+  for (auto [t, scalar] : inputs) v.insert(v.end(), {int64_t(t), scalar ? 1 : 0});
+  v.push_back(int64_t(ops.size()));
+  for (const FOp& op : ops) {
+    v.insert(v.end(), {int64_t(op.kind), int64_t(op.out), int64_t(op.compute), int64_t(op.refs.size())});
+    v.insert(v.end(), op.refs.begin(), op.refs.end());
+    v.push_back(int64_t(op.attrs.ints.size()));
+    v.insert(v.end(), op.attrs.ints.begin(), op.attrs.ints.end());
+    v.push_back(int64_t(op.attrs.floats.size()));
+    a.floats.insert(a.floats.end(), op.attrs.floats.begin(), op.attrs.floats.end());
+  }
+  v.push_back(int64_t(outputs.size()));
+  v.insert(v.end(), outputs.begin(), outputs.end());
+  if (donate.empty()) return;
+  v.push_back(int64_t(donate.size()));
+  for (auto [k, j] : donate) v.insert(v.end(), {k, j});
+}
+
+Attrs encode_sum(bool keepdim, const std::vector<bool>& mask, const FProgram& p) {
+  Attrs a;
+  a.ints = {keepdim ? 1 : 0, int64_t(mask.size())};
+  for (bool m : mask) a.ints.push_back(m ? 1 : 0);
+  p.encode(a);
+  return a;
 }
 
 namespace {

@@ -47,8 +47,7 @@ Tensors matmul_vjp(const VjpArgs& v) {
 }
 
 std::vector<Meta> linear_infer(const Tensors& in, const Attrs& a) {
-  AXLE_CHECK(a.ints.empty() || linear_relu(a), "[linear] expected no int attributes, or {1} for a fused relu, got ",
-             shape_str(a.ints));
+  attr::Linear::of(a);  // no attributes, or the relu epilogue the compiler fused (ops.def: FLAG(relu))
   check_defined(in[0], "linear", "input");
   check_defined(in[1], "linear", "weight");
   const Tensor &x = in[0], &w = in[1];

@@ -5,6 +5,6 @@
 namespace axle::ops {
 
 /// linear: no ints, or {1} when the compiler fused a relu epilogue (src/compiler/fusion.cpp).
-inline bool linear_relu(const Attrs& a) { return a.ints.size() == 1 && a.ints[0] == 1; }
+inline bool linear_relu(const Attrs& a) { return attr::Linear::of(a).relu; }
 
 }  // namespace axle::ops

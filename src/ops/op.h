@@ -4,23 +4,10 @@
 
 #include "axle/tensor.h"
 #include "core/tensor_impl.h"
+#include "ops/pointwise.h"
+#include "ops/schema.h"  // OpKind, Attrs and the table's schema: op_info(k)
 
 namespace axle::ops {
-
-enum class OpKind : uint16_t {
-#define AXLE_OP(name, str) name,
-#include "ops/ops.def"
-#undef AXLE_OP
-  kNumOps
-};
-
-/// Op attributes: a flat list of ints and floats whose meaning each op documents in ops.def.
-/// Flat and comparable so the lazy device can hash them.
-struct Attrs {
-  std::vector<int64_t> ints{};  // `{}`: {.ints = ...} may omit floats without a -Wextra warning
-  std::vector<double> floats{};
-  friend bool operator==(const Attrs&, const Attrs&) = default;
-};
 
 /// Output metadata from a shape rule.
 struct Meta {
@@ -45,9 +32,9 @@ struct VjpArgs {
 struct OpDef {
   std::vector<Meta> (*infer)(const Tensors& in, const Attrs& a) = nullptr;
   Tensors (*vjp)(const VjpArgs& v) = nullptr;
-  /// Effects beyond its outputs (collectives talk to other processes): the compiler
-  /// never merges (CSE), drops (DCE) or constant-folds such an op, nor reorders it.
-  bool has_side_effects = false;
+  /// UNARY and BINARY ops (ops.def): the op's scalar math over one run of elements
+  /// (ops/pointwise.h), which every backend's elementwise kernel runs; null for other ops.
+  PointwiseFn pointwise = nullptr;
 };
 
 /// Sets op k's definition (called from the family registration functions below).
@@ -93,8 +80,6 @@ namespace axle::ops {
 Shape broadcast_shape(const Shape& a, const Shape& b, const char* op);
 /// `s` with the dims where m is true removed (kept as 1 with keepdim): a reduction's result shape.
 Shape reduced_shape(const Shape& s, const std::vector<bool>& m, bool keepdim);
-/// True for the ops the fused-elementwise kernel can run (unary, binary, where, cast).
-bool is_elementwise(OpKind k);
 /// The dtype an elementwise op computes in, given its operand dtypes.
 DType elementwise_compute_dtype(OpKind k, const std::vector<DType>& in);
 /// FusedElementwise: every (output k, input j) pair where output k may safely be written

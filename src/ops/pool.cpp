@@ -51,17 +51,16 @@ std::vector<Meta> max_bwd_infer(const Tensors& in, const Attrs& a) {
   check_defined(in[0], "max_pool2d_backward", "grad");
   check_input(in[1], "max_pool2d_backward");
   check_defined(in[2], "max_pool2d_backward", "workspace");
-  // 6 ints, or 7 when the compiler fused the relu backward that followed (ints[6] = 1; a 4th
-  // input: max_pool2d's output y; result: the gradient where x > 0, else 0).
-  AXLE_CHECK(a.ints.size() == 6 || (a.ints.size() == 7 && a.ints[6] == 1),
-             "[max_pool2d_backward] expected 6 int attributes, got ", a.ints.size());
+  // The relu field (ops.def: FLAG(relu)) is set when the compiler fused the relu backward that
+  // followed (a 4th input: max_pool2d's output y; result: the gradient where x > 0, else 0).
+  const bool relu = attr::MaxPool2dBackward::of(a).relu;  // checks the attribute count
   PoolWindow c = window_from(a);
   PoolGeom g = pool_geom(in[1].shape(), c, "max_pool2d_backward");
   Shape s{g.N, g.C, g.OH, g.OW};
   AXLE_CHECK(in[2].shape() == s && in[2].dtype() == ws_dtype(c), "[max_pool2d_backward] expected a workspace ",
              shape_str(s), " ", ws_dtype(c), " from max_pool2d, got ", shape_str(in[2].shape()), " ", in[2].dtype());
   AXLE_CHECK(in[0].dtype() == kFloat32, "[max_pool2d_backward] expected a float32 grad, got ", in[0].dtype());
-  if (a.ints.size() == 7) {
+  if (relu) {
     AXLE_CHECK(in.size() == 4 && in[3].defined() && in[3].shape() == s && in[3].dtype() == kFloat32,
                "[max_pool2d_backward] a fused relu backward expects max_pool2d's output ", shape_str(s),
                " float32 as 4th input");

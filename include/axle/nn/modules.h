@@ -119,6 +119,38 @@ class Sigmoid : public Module {
   std::string name() const override { return "Sigmoid"; }
 };
 
+/// x * sigmoid(x).
+class SiLU : public Module {
+ public:
+  Tensor forward(const Tensor& x) override { return silu(x); }
+  std::string name() const override { return "SiLU"; }
+};
+
+/// log(1 + exp(beta x)) / beta (x where beta x > threshold).
+class Softplus : public Module {
+ public:
+  explicit Softplus(double beta = 1, double threshold = 20) : beta(beta), threshold(threshold) {}
+  Tensor forward(const Tensor& x) override { return softplus(x, beta, threshold); }
+  std::string name() const override { return "Softplus"; }
+  double beta, threshold;
+};
+
+class LeakyReLU : public Module {
+ public:
+  explicit LeakyReLU(double negative_slope = 0.01) : negative_slope(negative_slope) {}
+  Tensor forward(const Tensor& x) override { return leaky_relu(x, negative_slope); }
+  std::string name() const override { return "LeakyReLU"; }
+  double negative_slope;
+};
+
+class Hardtanh : public Module {
+ public:
+  explicit Hardtanh(double min_val = -1, double max_val = 1) : min_val(min_val), max_val(max_val) {}
+  Tensor forward(const Tensor& x) override { return hardtanh(x, min_val, max_val); }
+  std::string name() const override { return "Hardtanh"; }
+  double min_val, max_val;
+};
+
 class Identity : public Module {
  public:
   Tensor forward(const Tensor& x) override { return x; }

@@ -8,6 +8,7 @@
 #include "backend/cpu/backend.h"
 #include "backend/cpu/loops.h"
 #include "core/memory.h"
+#include "ops/fused.h"
 #include "ops/kernels.h"
 
 namespace axle::cpu {
@@ -59,8 +60,10 @@ std::shared_ptr<const Executable> lower(const Program& p, Device device) {
       if (released && once) donate.push_back({k, j});
     }
     if (donate.empty()) continue;
-    st.attrs.ints.push_back(int64_t(donate.size()));
-    for (auto [k, j] : donate) st.attrs.ints.insert(st.attrs.ints.end(), {k, j});
+    ops::FProgram prog = ops::parse(st.attrs);
+    prog.donate = std::move(donate);
+    st.attrs = {};
+    prog.encode(st.attrs);
   }
   return ex;
 }

@@ -1,5 +1,5 @@
-// Elementwise fusion: maximal groups of elementwise ops over one iteration shape
-// become a single FusedElementwise node (see src/ops/fused.cpp), run as one pass
+// Elementwise fusion: maximal groups of elementwise ops (ops.def's EW trait) over one
+// iteration shape become a single FusedElementwise node (a program, src/ops/fused.h), run as one pass
 // over memory. Inputs of a group are values of that shape or single elements.
 // A float32 sum of a group's value that nothing else reads joins the group (FusedSum):
 // the value is summed tile by tile as it is computed and never written.
@@ -8,6 +8,7 @@
 
 #include "backend/cpu/backend.h"
 #include "compiler/program.h"
+#include "ops/fused.h"
 
 namespace axle::cpu {
 namespace {
@@ -110,17 +111,14 @@ class FusionPass final : public Pass {
       std::map<int, int64_t> local;       // member node -> op index
       std::vector<Ref> externals;         // fused node operands
       std::vector<int> outputs;           // member nodes whose values leave the group
-      std::vector<int64_t> prog;
-      prog.push_back(int64_t(g.shape.size()));
-      prog.insert(prog.end(), g.shape.begin(), g.shape.end());
-      std::vector<int64_t> ops_part;
+      ops::FProgram prog;
+      prog.shape = g.shape;
       auto ext_index = [&](const Ref& r) {
         for (size_t k = 0; k < externals.size(); ++k)
           if (externals[k] == r) return int64_t(k);
         externals.push_back(r);
         return int64_t(externals.size() - 1);
       };
-      int64_t op_count = 0;
       for (int m : g.members) {
         const PNode& nd = p.nodes[size_t(m)];
         std::vector<DType> in_types;
@@ -133,45 +131,32 @@ class FusionPass final : public Pass {
           // Operands must arrive in the compute dtype (where's condition stays bool).
           const bool is_cond = nd.op == OpKind::Where && k == 0;
           if (nd.op != OpKind::Cast && !is_cond && in_types[k] != compute) {
-            ops_part.insert(ops_part.end(), {int64_t(OpKind::Cast), int64_t(compute), int64_t(in_types[k]), 1, ref});
-            ref = op_count++;
+            prog.ops.push_back({OpKind::Cast, compute, in_types[k], {ref}});
+            ref = int64_t(prog.ops.size()) - 1;
           }
           refs.push_back(ref);
         }
-        ops_part.insert(ops_part.end(), {int64_t(nd.op), int64_t(nd.outs[0].dtype), int64_t(compute), int64_t(refs.size())});
-        ops_part.insert(ops_part.end(), refs.begin(), refs.end());
-        local[m] = op_count++;
+        prog.ops.push_back({nd.op, nd.outs[0].dtype, compute, refs, nd.attrs});
+        local[m] = int64_t(prog.ops.size()) - 1;
         bool leaves = is_program_output[size_t(m)];
         for (int u : users[size_t(m)]) leaves = leaves || (group_of[size_t(u)] != int(gi) && u != red);
         if (leaves) outputs.push_back(m);
       }
-      // FusedSum: {keepdim, n, mask * n} before the program; the summed member is its last output.
-      std::vector<int64_t> sum_spec;
-      if (red >= 0) {
-        const PNode& rn = p.nodes[size_t(red)];
-        const size_t nd = g.shape.size();
-        std::vector<int64_t> mask(nd, rn.attrs.ints.size() <= 1 ? 1 : 0);  // no dims: all of them
-        for (size_t k = 1; k < rn.attrs.ints.size(); ++k) mask[size_t(rn.attrs.ints[k])] = 1;
-        sum_spec = {rn.attrs.ints[0], int64_t(nd)};
-        sum_spec.insert(sum_spec.end(), mask.begin(), mask.end());
-      }
-      prog.push_back(int64_t(externals.size()));
-      for (const Ref& r : externals) {
-        const ops::Meta& m = meta(r);
-        prog.push_back(int64_t(m.dtype));
-        prog.push_back(m.shape == g.shape ? 0 : 1);
-      }
-      prog.push_back(op_count);
-      prog.insert(prog.end(), ops_part.begin(), ops_part.end());
-      prog.push_back(int64_t(outputs.size()) + (red >= 0 ? 1 : 0));
-      for (int m : outputs) prog.push_back(local.at(m));
-      if (red >= 0) prog.push_back(local.at(p.nodes[size_t(red)].operands[0].node));
+      for (const Ref& r : externals) prog.inputs.push_back({meta(r).dtype, meta(r).shape != g.shape});
+      for (int m : outputs) prog.outputs.push_back(local.at(m));
+      if (red >= 0) prog.outputs.push_back(local.at(p.nodes[size_t(red)].operands[0].node));
 
       PNode fused;
       fused.kind = NodeKind::Op;
       fused.op = red >= 0 ? OpKind::FusedSum : OpKind::FusedElementwise;
-      fused.attrs.ints = std::move(sum_spec);
-      fused.attrs.ints.insert(fused.attrs.ints.end(), prog.begin(), prog.end());
+      if (red >= 0) {  // FusedSum: the summed member is the program's last output
+        const ops::attr::Sum sum = ops::attr::Sum::of(p.nodes[size_t(red)].attrs);
+        std::vector<bool> mask(g.shape.size(), sum.dims.empty());  // no dims: all of them
+        for (int64_t d : sum.dims) mask[size_t(d)] = true;
+        fused.attrs = ops::encode_sum(sum.keepdim, mask, prog);
+      } else {
+        prog.encode(fused.attrs);
+      }
       fused.operands = externals;
       for (int m : outputs) fused.outs.push_back(p.nodes[size_t(m)].outs[0]);
       if (red >= 0) fused.outs.push_back(p.nodes[size_t(red)].outs[0]);
@@ -199,7 +184,7 @@ class FusionPass final : public Pass {
 // - max_pool2d_backward(g, x, ws) followed by relu_backward(., x): the pooling gradient goes
 //   only to each window's argmax, where x equals the pooled output y, so the relu mask
 //   (x > 0) is y > 0 and applies per window while the gradient is written (max_pool2d_backward
-//   with ints[6] = 1 and y as a 4th input; see src/ops/pool.cpp). Same values exactly.
+//   with its relu field set and y as a 4th input; see src/ops/pool.cpp). Same values exactly.
 class EpilogueFusionPass final : public Pass {
  public:
   const char* name() const override { return "epilogue-fusion"; }
@@ -222,10 +207,20 @@ class EpilogueFusionPass final : public Pass {
       const Ref src = n.operands[0];
       PNode& prod = p.nodes[size_t(src.node)];
       if (prod.kind != NodeKind::Op || uses[size_t(src.node)] != 1 || n.outs[0].dtype != kFloat32) continue;
-      const bool conv = prod.op == OpKind::Conv2d && prod.attrs.ints.size() == 7;
-      const bool linear = prod.op == OpKind::Linear && prod.attrs.ints.empty();
-      if (!conv && !linear) continue;
-      prod.attrs.ints.push_back(1);
+      // The relu becomes the producer's typed epilogue field (ops.def: FLAG(relu)).
+      if (prod.op == OpKind::Conv2d) {
+        ops::attr::Conv2d c = ops::attr::Conv2d::of(prod.attrs);
+        if (c.relu) continue;
+        c.relu = true;
+        prod.attrs = c.pack();
+      } else if (prod.op == OpKind::Linear) {
+        ops::attr::Linear l = ops::attr::Linear::of(prod.attrs);
+        if (l.relu) continue;
+        l.relu = true;
+        prod.attrs = l.pack();
+      } else {
+        continue;
+      }
       p.replace_uses({int(i), 0}, src);
       n.dead = true;
       changed = true;
@@ -245,13 +240,15 @@ class EpilogueFusionPass final : public Pass {
     const Ref g = rb.operands[0], y = rb.operands[1];
     if (g.index != 0 || !is_op(p, g, OpKind::MaxPool2dBackward) || uses[size_t(g.node)] != 1) return false;
     PNode& pb = p.nodes[size_t(g.node)];
-    if (pb.attrs.ints.size() != 6 || pb.operands.size() != 3 || !(pb.operands[1] == y)) return false;
+    ops::attr::MaxPool2dBackward pool = ops::attr::MaxPool2dBackward::of(pb.attrs);
+    if (pool.relu || pb.operands.size() != 3 || !(pb.operands[1] == y)) return false;
     const Ref ws = pb.operands[2];
     if (ws.index != 1 || !is_op(p, ws, OpKind::MaxPool2d)) return false;
     const PNode& pf = p.nodes[size_t(ws.node)];
     if (!(pf.operands[0] == y) || pf.attrs.ints != pb.attrs.ints) return false;
     if (rb.outs[0].dtype != kFloat32 || !(rb.outs[0].shape == pb.outs[0].shape)) return false;
-    pb.attrs.ints.push_back(1);
+    pool.relu = true;
+    pb.attrs = pool.pack();
     pb.operands.push_back({ws.node, 0});
     p.replace_uses({i, 0}, g);
     rb.dead = true;

@@ -130,7 +130,7 @@ Tensors conv_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>& m) 
   if (y.numel() == 0) return {y};
   memory::desc ux = user_act(x, out_layout(mode)), uw = user_wei(w, q);
   memory::desc uy = dg::strided_desc(y.shape(), y.strides(), kFloat32);
-  const bool relu = a.ints.size() > 7 && a.ints[7] != 0;
+  const bool relu = ops::attr::Conv2d::of(a).relu;
   dg::Key key = conv_key("conv_fwd", q, mode);
   key << act_strides(ux) << act_strides(uw) << int64_t(b.defined()) << int64_t(relu);
   auto e = dg::cached<FwdEntry>(key, [&] {

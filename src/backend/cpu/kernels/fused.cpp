@@ -107,7 +107,7 @@ void run_tiles(const FProgram& p, const Prepared& r, int64_t groups, Visit&& vis
         DType from = op.refs[0] >= 0 ? p.ops[size_t(op.refs[0])].out : p.inputs[size_t(-(op.refs[0] + 1))].first;
         cpu::cast_raw(from, op.out, ptrs, strides, n);
       } else {
-        elementwise_raw(op.kind, op.compute, ptrs, strides, n);
+        elementwise_raw(op.kind, op.compute, ptrs, strides, n, op.attrs);
       }
     }
     visit(group, start, n, base);

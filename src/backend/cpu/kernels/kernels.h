@@ -6,8 +6,8 @@
 namespace axle::cpu {
 
 /// Runs elementwise op `k` (not Cast) on one run of n elements: p[0] = out, p[1..] = operands
-/// (already in `compute` dtype), s = byte strides (0 broadcasts).
-void elementwise_raw(ops::OpKind k, DType compute, char** p, const int64_t* s, int64_t n);
+/// (already in `compute` dtype), s = byte strides (0 broadcasts); `a`: the op's attributes.
+void elementwise_raw(ops::OpKind k, DType compute, char** p, const int64_t* s, int64_t n, const ops::Attrs& a);
 
 /// Registers every cpu kernel with ops::register_kernel (called once, from the
 /// composition root, src/init/init.cpp).

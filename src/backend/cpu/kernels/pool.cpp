@@ -433,7 +433,7 @@ Tensors max_bwd_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>& 
     cpu::copy_into(c, ws);
     ws = c;
   }
-  const bool relu = a.ints.size() == 7 && a.ints[6] == 1;
+  const bool relu = ops::attr::MaxPool2dBackward::of(a).relu;
   return {pool_backward(in[0], ws, m[0].shape, cfg_from(a, dnnl::algorithm::pooling_max), "max_pool2d_backward",
                         relu ? dg::describable(in[3]) : Tensor(), relu ? in[1] : Tensor())};
 }

@@ -1,0 +1,235 @@
+// The op table's schema, declared once in src/ops/ops.def and queried here: each op's
+// arity, traits and typed attributes. Every classification of ops (which ops the fused
+// kernel runs, which compute in float, which have side effects or a gradient, which the
+// fuzzer draws) is a query of this table, never a hand-kept list.
+#pragma once
+#include <cstddef>
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "axle/dtype.h"
+
+namespace axle::ops {
+
+enum class OpKind : uint16_t {
+#define AXLE_OP(name, ...) name,
+#include "ops/ops.def"
+#undef AXLE_OP
+  kNumOps
+};
+
+/// Op attributes: a flat list of ints and floats, flat and comparable so the lazy device can
+/// hash them. Their layout per op is declared in ops.def; read and write them through the
+/// typed views in namespace attr below (attr::Slice::of(a).dim), never by position.
+struct Attrs {
+  std::vector<int64_t> ints{};  // `{}`: {.ints = ...} may omit floats without a -Wextra warning
+  std::vector<double> floats{};
+  friend bool operator==(const Attrs&, const Attrs&) = default;
+};
+
+/// An op's traits (ops.def explains each).
+enum Trait : uint32_t {
+  kElementwise = 1u << 0,     ///< EW: the fused-elementwise kernel can run it
+  kUnary = 1u << 1,           ///< UNARY: elementwise math of one tensor
+  kBinary = 1u << 2,          ///< BINARY: elementwise math of two broadcasting tensors
+  kFloatMath = 1u << 3,       ///< FLOAT_MATH: computes in float32 for integer operands
+  kCompare = 1u << 4,         ///< COMPARE: bool output
+  kDifferentiable = 1u << 5,  ///< DIFF: has a vjp
+  kBackward = 1u << 6,        ///< BACKWARD: a gradient op, called only by vjps
+  kCompilerMade = 1u << 7,    ///< COMPILER: made by compiler passes, never by users
+  kSideEffects = 1u << 8,     ///< EFFECTS: never merged, dropped, folded or reordered
+  kIndex = 1u << 9,           ///< INDEX: int64 (index) output
+  kPositive = 1u << 10,       ///< POSITIVE: domain is positive inputs
+  kNonzero = 1u << 11,        ///< NONZERO: domain is inputs away from 0
+};
+
+/// How many inputs or outputs an op takes: lo..hi, hi = kAny for "any number".
+struct Arity {
+  static constexpr int kAny = -1;
+  int lo = 0, hi = 0;
+  constexpr Arity(int n) : lo(n), hi(n) {}  // NOLINT: a plain count in ops.def
+  constexpr Arity(int l, int h) : lo(l), hi(h) {}
+  constexpr bool accepts(size_t n) const { return int64_t(n) >= lo && (hi == kAny || int64_t(n) <= hi); }
+  constexpr bool variadic() const { return lo != hi; }
+};
+
+/// An attribute field's type. Int, Bool, DType: one entry of Attrs::ints; Ints: the rest of
+/// Attrs::ints; Float: one entry of Attrs::floats; Flag: an epilogue the compiler fused in,
+/// the last int, absent (false) or 1.
+enum class AttrType : uint8_t { Int, Bool, DType, Ints, Float, Flag };
+
+struct AttrField {
+  const char* name;
+  AttrType type;
+  double default_value = 0;  ///< Float fields: the default ops.def declares
+};
+
+/// One op's schema, as ops.def declares it.
+struct OpInfo {
+  OpKind kind;
+  const char* name;
+  Arity inputs, outputs;
+  uint32_t traits;
+  const AttrField* attrs;  ///< num_attrs fields, in order
+  size_t num_attrs;
+  constexpr bool has(Trait t) const { return (traits & t) != 0; }
+};
+
+namespace schema_detail {
+// The vocabulary of ops.def lines.
+constexpr uint32_t EW = kElementwise, UNARY = kUnary, BINARY = kBinary, FLOAT_MATH = kFloatMath,
+                   COMPARE = kCompare, DIFF = kDifferentiable, BACKWARD = kBackward, COMPILER = kCompilerMade,
+                   EFFECTS = kSideEffects, INDEX = kIndex, POSITIVE = kPositive, NONZERO = kNonzero;
+constexpr int N = Arity::kAny;
+constexpr Arity R(int lo, int hi) { return {lo, hi}; }
+constexpr double INF = std::numeric_limits<double>::infinity();  // an unbounded default
+
+#define INT(x) {#x, AttrType::Int},
+#define BOOL(x) {#x, AttrType::Bool},
+#define DTYPE(x) {#x, AttrType::DType},
+#define INTS(x) {#x, AttrType::Ints},
+#define FLOAT(x, d) {#x, AttrType::Float, double(d)},
+#define FLAG(x) {#x, AttrType::Flag},
+#define AXLE_OP(Name, str, in, out, traits, attrs) \
+  inline constexpr AttrField Name##_fields[] = {attrs{nullptr, AttrType::Int}};
+#include "ops/ops.def"
+#undef AXLE_OP
+#undef INT
+#undef BOOL
+#undef DTYPE
+#undef INTS
+#undef FLOAT
+#undef FLAG
+
+template <size_t K>
+constexpr size_t count(const AttrField (&)[K]) { return K - 1; }  // less the terminator
+
+inline constexpr OpInfo kTable[] = {
+#define AXLE_OP(Name, str, in, out, traits, attrs) \
+  OpInfo{OpKind::Name, str, Arity(in), Arity(out), uint32_t(traits), Name##_fields, count(Name##_fields)},
+#include "ops/ops.def"
+#undef AXLE_OP
+};
+static_assert(sizeof(kTable) / sizeof(kTable[0]) == size_t(OpKind::kNumOps));
+}  // namespace schema_detail
+
+/// Op k's schema.
+constexpr const OpInfo& op_info(OpKind k) { return schema_detail::kTable[size_t(k)]; }
+/// Every op's schema, in OpKind order.
+constexpr const OpInfo* op_infos_begin() { return schema_detail::kTable; }
+constexpr const OpInfo* op_infos_end() { return schema_detail::kTable + size_t(OpKind::kNumOps); }
+
+/// True for the ops the fused-elementwise kernel can run (unary, binary, where, cast).
+constexpr bool is_elementwise(OpKind k) { return op_info(k).has(kElementwise); }
+/// Effects beyond its outputs (collectives talk to other processes): the compiler never
+/// merges (CSE), drops (DCE) or constant-folds such an op, nor reorders it.
+constexpr bool has_side_effects(OpKind k) { return op_info(k).has(kSideEffects); }
+/// Computes in float32 when its operands are integers.
+constexpr bool is_float_op(OpKind k) { return op_info(k).has(kFloatMath); }
+/// Every op with all of `traits`, in OpKind order.
+std::vector<OpKind> ops_with(uint32_t traits);
+
+/// Whether `a` fits op k's declared attributes (counts and flag values); if not and `why`
+/// is given, says which field is missing or what is extra.
+bool attrs_match(OpKind k, const Attrs& a, std::string* why = nullptr);
+
+/// The table's text (every ops.def entry, whitespace folded), and a 64-bit hash of it:
+/// anything derived from the table (the persistent cache's format) changes with it.
+const char* schema_text();
+uint64_t schema_hash();
+/// FNV-1a over `s`: schema_hash() is hash_text(schema_text()).
+uint64_t hash_text(const std::string& s);
+
+namespace schema_detail {
+// Readers of the typed views below; they throw axle::Error naming the op and the field.
+int64_t take_int(OpKind k, const char* field, const Attrs& a, size_t& i);
+double take_float(OpKind k, const char* field, const Attrs& a, size_t& f);
+bool take_flag(OpKind k, const char* field, const Attrs& a, size_t& i);
+void check_consumed(OpKind k, const Attrs& a, size_t i, size_t f);
+}  // namespace schema_detail
+
+/// Typed views of each op's attributes, generated from ops.def: attr::Slice has fields
+/// dim, start, end, step; attr::Slice::of(a) reads them from Attrs (throwing, naming the op
+/// and the field, when `a` does not fit), attr::Slice{...}.pack() writes them.
+namespace attr {
+using schema_detail::INF;
+#define INT(x) int64_t x = 0;
+#define BOOL(x) bool x = false;
+#define DTYPE(x) DType x = DType::Float32;
+#define INTS(x) std::vector<int64_t> x{};
+#define FLOAT(x, d) double x = d;
+#define FLAG(x) bool x = false;
+#define AXLE_OP(Name, str, in, out, traits, attrs) \
+  struct Name {                                    \
+    attrs static Name of(const Attrs& a);          \
+    Attrs pack() const;                            \
+  };
+#include "ops/ops.def"
+#undef AXLE_OP
+#undef INT
+#undef BOOL
+#undef DTYPE
+#undef INTS
+#undef FLOAT
+#undef FLAG
+
+#define INT(x) r.x = schema_detail::take_int(op_, #x, a, i_);
+#define BOOL(x) r.x = schema_detail::take_int(op_, #x, a, i_) != 0;
+#define DTYPE(x) r.x = DType(schema_detail::take_int(op_, #x, a, i_));
+#define INTS(x) r.x.assign(a.ints.begin() + std::ptrdiff_t(std::min(i_, a.ints.size())), a.ints.end()), i_ = a.ints.size();
+#define FLOAT(x, d) r.x = schema_detail::take_float(op_, #x, a, f_);
+#define FLAG(x) r.x = schema_detail::take_flag(op_, #x, a, i_);
+#define AXLE_OP(Name, str, in, out, traits, attrs)               \
+  inline Name Name::of([[maybe_unused]] const Attrs& a) {        \
+    [[maybe_unused]] constexpr OpKind op_ = OpKind::Name;         \
+    Name r;                                                      \
+    [[maybe_unused]] size_t i_ = 0, f_ = 0;                      \
+    attrs schema_detail::check_consumed(op_, a, i_, f_);         \
+    return r;                                                    \
+  }
+#include "ops/ops.def"
+#undef AXLE_OP
+#undef INT
+#undef BOOL
+#undef DTYPE
+#undef INTS
+#undef FLOAT
+#undef FLAG
+
+#define INT(x) a.ints.push_back(x);
+#define BOOL(x) a.ints.push_back(x ? 1 : 0);
+#define DTYPE(x) a.ints.push_back(int64_t(x));
+#define INTS(x) a.ints.insert(a.ints.end(), x.begin(), x.end());
+#define FLOAT(x, d) a.floats.push_back(x);
+#define FLAG(x) \
+  if (x) a.ints.push_back(1);
+#define AXLE_OP(Name, str, in, out, traits, attrs) \
+  inline Attrs Name::pack() const {                \
+    Attrs a;                                       \
+    attrs return a;                                \
+  }
+#include "ops/ops.def"
+#undef AXLE_OP
+#undef INT
+#undef BOOL
+#undef DTYPE
+#undef INTS
+#undef FLOAT
+#undef FLAG
+
+/// attr::Name for OpKind::Name: AttrOf<OpKind::Clamp>::type is attr::Clamp.
+template <OpKind K>
+struct AttrOf;
+#define AXLE_OP(Name, ...)             \
+  template <>                          \
+  struct AttrOf<OpKind::Name> {        \
+    using type = Name;                 \
+  };
+#include "ops/ops.def"
+#undef AXLE_OP
+}  // namespace attr
+
+}  // namespace axle::ops
