@@ -678,12 +678,12 @@ TEST(Fusion, EveryElementwiseOpOfTheTableFusesAndMatchesEager) {
     x.set_requires_grad(true);
     Tensor y = chain(x, w);
     if (!dev.is_cpu()) {  // the graph the xla device compiles: one fused node holding every op
-      Program p = Program::from_graph(lazy::build_graph({y.impl()->lazy->ir}));
-      PassPipeline::standard().run(p);
+      Program p = lazy::to_program(lazy::build_graph({y.impl()->lazy->ir}));
+      backend::backend_for(kCPU).pipeline().run(p);  // the cpu backend's fusion
       int fused = 0, other = 0;
       std::set<ops::OpKind> in_program;
       for (const PNode& n : p.nodes) {
-        if (n.dead || n.kind != lazy::NodeKind::Op) continue;
+        if (n.dead || n.kind != compiler::NodeKind::Op) continue;
         if (n.op != ops::OpKind::FusedElementwise) {
           ++other;
           continue;

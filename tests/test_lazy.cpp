@@ -369,7 +369,7 @@ TEST(DiskCache, FormatVersionFollowsTheOpTable) {
   // A file written by a build whose table differs in one entry is rejected, naming the reason.
   Tensor x = (randn({4}).to(device()) * 2.0).relu();
   const lazy::Graph g = lazy::build_graph({x.impl()->lazy->ir});
-  compiler::Program p = compiler::Program::from_graph(g);
+  compiler::Program p = lazy::to_program(g);
   const uint64_t other = version_with(0, lines[0] + " ");
   const std::string ours = compiler::serialize(p, 7), theirs = compiler::serialize(p, 7, other);
   EXPECT_NO_THROW(compiler::deserialize(ours, 7));

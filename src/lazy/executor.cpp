@@ -208,7 +208,7 @@ void execute(const std::vector<std::shared_ptr<LazyTensor>>& targets, const char
   // So do all graphs under AXLE_CHECK_NUMERICS, a debugging mode: its error comes from
   // the sync that ran the graph.
   const bool side_effects = std::any_of(g.nodes.begin(), g.nodes.end(), [](const Node* n) {
-    return n->kind == NodeKind::Op && ops::op_def(n->op).has_side_effects;
+    return n->kind == NodeKind::Op && ops::has_side_effects(n->op);
   });
   if (!async_enabled() || side_effects || ops::checking_numerics()) {
     std::vector<Tensor> results = run_job(job);
