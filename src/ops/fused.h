@@ -1,7 +1,7 @@
 // Fused programs: the one structured type that the compiler's fusion pass builds
-// (src/compiler/fusion.cpp), the shape rules (src/ops/fused.cpp) and the kernels
+// (src/backend/cpu/fusion.cpp), the shape rules (src/ops/fused.cpp) and the kernels
 // (src/backend/cpu/kernels/fused.cpp) read, and lowering extends with donations
-// (src/compiler/executable.cpp). A FusedElementwise / FusedSum node carries it encoded in
+// (src/backend/cpu/executable.cpp). A FusedElementwise / FusedSum node carries it encoded in
 // its Attrs (so graphs hash, compare and cache it); only encode() and parse() know that layout.
 #pragma once
 #include <utility>

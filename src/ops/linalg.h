@@ -4,7 +4,7 @@
 
 namespace axle::ops {
 
-/// linear: no ints, or {1} when the compiler fused a relu epilogue (src/compiler/fusion.cpp).
+/// linear: no ints, or {1} when the compiler fused a relu epilogue (src/backend/cpu/fusion.cpp).
 inline bool linear_relu(const Attrs& a) { return attr::Linear::of(a).relu; }
 
 }  // namespace axle::ops

@@ -57,7 +57,7 @@ class DistributedDataParallel : public Module {
   const ModulePtr& module() const { return module_; }
   const DistributedDataParallelOptions& options() const { return opts_; }
 
-  struct Reducer;  // implementation (src/dist/ddp.cpp)
+  struct Reducer;  // implementation (src/nn/parallel.cpp)
 
   /// Parameter names in each bucket, in all-reduce order.
   std::vector<std::vector<std::string>> bucket_names() const;

@@ -104,7 +104,7 @@ dnnl::convolution_forward::primitive_desc fwd_pd(const Geom& q, const memory::de
                                                   dnnl::algorithm::convolution_direct, src, wei, dst, q.strides(),
                                                   q.dilates(), q.pad_l(), q.pad_r());
   dnnl::primitive_attr attr = dg::default_attr();
-  if (relu) {  // a relu epilogue, fused by the compiler (src/compiler/fusion.cpp)
+  if (relu) {  // a relu epilogue, fused by the compiler (src/backend/cpu/fusion.cpp)
     dnnl::post_ops po;
     po.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
     attr.set_post_ops(po);

@@ -1,4 +1,4 @@
-// FusedElementwise and FusedSum kernels on cpu (programs described in src/ops/fused.cpp).
+// FusedElementwise and FusedSum kernels on cpu (programs described in src/ops/fused.h).
 // The kernel walks the data in tiles that stay in L1, running each op's vectorized loop on
 // the tile, so intermediate values never touch main memory. FusedSum adds each tile's values
 // of its summed op into float64 partials, one per fixed group of tiles (so the result does
