@@ -31,9 +31,10 @@ ARCH=$(dpkg --print-architecture)
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 ROOT=$(realpath -m "$1")
 CACHE=${AXLE_FRESH_CACHE:-/var/cache/axle-fresh-check}
-# Quick suites of `make test`, one of them driving the axle-train binary.
+# Quick suites of `make test`, one of them driving the axle-train binary, and the layering
+# tests (they need python3 and nm: python3-minimal and binutils).
 # (No '$' in it: make would expand it.)
-CTEST_SUBSET=${AXLE_FRESH_CTEST:-'^(Core|Serialize|Passes|ReadIdx|FashionMNIST|DataLoader)[.]|^Cli[.]Help|^example_01_single_device'}
+CTEST_SUBSET=${AXLE_FRESH_CTEST:-'^(Core|Serialize|Passes|ReadIdx|FashionMNIST|DataLoader)[.]|^Cli[.]Help|^example_01_single_device|^layering'}
 log() { echo "fresh-check: $*" >&2; }
 
 stage=setup
