@@ -8,6 +8,7 @@
 #include "axle/axle.h"
 #include "axle/metrics.h"
 #include "axle/runtime.h"
+#include "test_util.h"
 #include "lazy/ir.h"
 
 using namespace axle;
@@ -500,14 +501,7 @@ struct AsyncScope {
     experimental::async_execution(was);
   }
 };
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using axle::test::error_of;
 }  // namespace
 
 TEST(Async, ErrorReachesTheNextReadOrSyncNamingTheGraph) {

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "axle/axle.h"
+#include "test_util.h"
 #include "lazy/ir.h"
 
 using namespace axle;
@@ -59,14 +60,7 @@ void expect_falls(const std::vector<double>& l, const std::string& what) {
   EXPECT_LT(last, 0.7 * first) << what << ": loss went from " << first << " to " << last;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using axle::test::error_of;
 
 }  // namespace
 

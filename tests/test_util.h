@@ -12,10 +12,13 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include "axle/error.h"
 
 namespace axle::test {
 
@@ -49,6 +52,16 @@ class TempDir {
 };
 
 /// The whole content of the file at `path` ("" if it cannot be read).
+/// What `f` threw as an axle::Error, or "(no error)".
+inline std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const axle::Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
 inline std::string slurp(const std::string& path) {
   std::ifstream f(path);
   std::stringstream ss;
