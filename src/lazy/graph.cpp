@@ -92,50 +92,6 @@ Graph build_graph(const std::vector<Value>& roots) {
   return g;
 }
 
-std::string Graph::text() const {
-  std::ostringstream os;
-  std::unordered_map<const Node*, int> index;
-  for (size_t i = 0; i < nodes.size(); ++i) index[nodes[i]] = int(i);
-  auto meta_str = [](const ops::Meta& m) { return std::string(dtype_name(m.dtype)) + shape_str(m.shape); };
-  for (size_t i = 0; i < nodes.size(); ++i) {
-    const Node* n = nodes[i];
-    os << "%" << i << " = ";
-    if (n->kind == NodeKind::Data) {
-      os << "data : " << meta_str(n->outs[0]) << "\n";
-      continue;
-    }
-    if (n->kind == NodeKind::Constant) {
-      os << "constant " << n->scalar << " : " << meta_str(n->outs[0]) << "\n";
-      continue;
-    }
-    os << ops::op_name(n->op) << "(";
-    for (size_t j = 0; j < n->operands.size(); ++j) {
-      const Value& v = n->operands[j];
-      os << (j ? ", " : "");
-      if (!v.node) os << "_";
-      else {
-        os << "%" << index.at(v.node.get());
-        if (v.node->outs.size() > 1) os << "." << v.index;
-      }
-    }
-    os << ")";
-    if (!n->attrs.ints.empty() || !n->attrs.floats.empty()) {
-      os << " {";
-      for (size_t j = 0; j < n->attrs.ints.size(); ++j) os << (j ? "," : "") << n->attrs.ints[j];
-      if (!n->attrs.floats.empty()) os << ";";
-      for (size_t j = 0; j < n->attrs.floats.size(); ++j) os << (j ? "," : "") << n->attrs.floats[j];
-      os << "}";
-    }
-    os << " : ";
-    for (size_t j = 0; j < n->outs.size(); ++j) os << (j ? ", " : "") << meta_str(n->outs[j]);
-    os << "\n";
-  }
-  os << "outputs(";
-  for (size_t j = 0; j < outputs.size(); ++j) os << (j ? ", " : "") << "%" << outputs[j].first << "." << outputs[j].second;
-  os << ")\n";
-  return os.str();
-}
-
 std::string Graph::dot(const std::string& name) const {
   std::ostringstream os;
   std::unordered_map<const Node*, int> index;

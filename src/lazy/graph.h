@@ -14,8 +14,6 @@ struct Graph {
   std::vector<int> inputs;                    ///< node indices of Data nodes, in order of first use
   std::vector<std::pair<int, int>> outputs;   ///< (node index, output index) per root
   uint64_t hash = 0;                          ///< the roots' node hashes + which input each data use is; never data
-  /// One node per line, `%3 = linear(%0, %1, _) : float32[128, 256]`.
-  std::string text() const;
   /// Graphviz form.
   std::string dot(const std::string& name) const;
 };
