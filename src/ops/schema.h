@@ -46,6 +46,26 @@ enum Trait : uint32_t {
   kNonzero = 1u << 11,        ///< NONZERO: domain is inputs away from 0
 };
 
+/// How the SPMD partitioner (src/spmd) handles an op: the S_* entry of its traits in
+/// ops.def (bits 24..31; none: Opaque). The rules themselves live in src/spmd/rules.cpp.
+enum class ShardRule : uint8_t {
+  Opaque = 0,    ///< no rule: operands and outputs replicated (correct, slow; AXLE_DEBUG lists it)
+  Pointwise,     ///< elementwise after broadcasting: dims unify
+  Broadcast,     ///< expand: new dims replicated, mapped dims keep theirs
+  Transpose,     ///< permute: dims permuted
+  Reshape,       ///< reshape: XLA's ReshapeSharding, else reshard
+  Reduce,        ///< reduction over dims: reduced sharded dims become Partial
+  Dot,           ///< matmul / linear: batch, contracting and free dims (dot_handler order)
+  Conv,          ///< conv2d and its gradients: batch like a dot's, spatial dims replicated
+  AlongDim,      ///< needs its `dim` attribute's dim replicated (softmax, argmax, index ops, cat, slice)
+  Window,        ///< pooling: spatial dims replicated, batch and channels keep theirs
+  Loss,          ///< nll_loss: batch dims sharded, class dim replicated; reduction Partial
+  Constraint,    ///< sharding_constraint: pins its value's sharding
+  Collective,    ///< an explicit collective (DDP, FSDP v1, manual regions)
+  Device,        ///< reads the running device (shard_slice, mask_padding): made by the partitioner
+};
+inline constexpr uint32_t kShardRuleShift = 24;
+
 /// How many inputs or outputs an op takes: lo..hi, hi = kAny for "any number".
 struct Arity {
   static constexpr int kAny = -1;
@@ -83,6 +103,19 @@ namespace schema_detail {
 constexpr uint32_t EW = kElementwise, UNARY = kUnary, BINARY = kBinary, FLOAT_MATH = kFloatMath,
                    COMPARE = kCompare, DIFF = kDifferentiable, BACKWARD = kBackward, COMPILER = kCompilerMade,
                    EFFECTS = kSideEffects, INDEX = kIndex, POSITIVE = kPositive, NONZERO = kNonzero;
+constexpr uint32_t S_POINTWISE = uint32_t(ShardRule::Pointwise) << kShardRuleShift,
+                   S_BROADCAST = uint32_t(ShardRule::Broadcast) << kShardRuleShift,
+                   S_TRANSPOSE = uint32_t(ShardRule::Transpose) << kShardRuleShift,
+                   S_RESHAPE = uint32_t(ShardRule::Reshape) << kShardRuleShift,
+                   S_REDUCE = uint32_t(ShardRule::Reduce) << kShardRuleShift,
+                   S_DOT = uint32_t(ShardRule::Dot) << kShardRuleShift,
+                   S_CONV = uint32_t(ShardRule::Conv) << kShardRuleShift,
+                   S_ALONG_DIM = uint32_t(ShardRule::AlongDim) << kShardRuleShift,
+                   S_WINDOW = uint32_t(ShardRule::Window) << kShardRuleShift,
+                   S_LOSS = uint32_t(ShardRule::Loss) << kShardRuleShift,
+                   S_CONSTRAINT = uint32_t(ShardRule::Constraint) << kShardRuleShift,
+                   S_COLLECTIVE = uint32_t(ShardRule::Collective) << kShardRuleShift,
+                   S_DEVICE = uint32_t(ShardRule::Device) << kShardRuleShift;
 constexpr int N = Arity::kAny;
 constexpr Arity R(int lo, int hi) { return {lo, hi}; }
 constexpr double INF = std::numeric_limits<double>::infinity();  // an unbounded default
@@ -129,6 +162,8 @@ constexpr bool is_elementwise(OpKind k) { return op_info(k).has(kElementwise); }
 constexpr bool has_side_effects(OpKind k) { return op_info(k).has(kSideEffects); }
 /// Computes in float32 when its operands are integers.
 constexpr bool is_float_op(OpKind k) { return op_info(k).has(kFloatMath); }
+/// The SPMD partitioner's rule for op k (its S_* trait in ops.def; Opaque if none).
+constexpr ShardRule shard_rule(OpKind k) { return ShardRule(op_info(k).traits >> kShardRuleShift); }
 /// Every op with all of `traits`, in OpKind order.
 std::vector<OpKind> ops_with(uint32_t traits);
 

@@ -1,0 +1,39 @@
+// N virtual devices in one process (SPMD): a pool of device threads and in-process
+// collective groups over them, on raw cpu buffers in shared memory.
+//
+// A device thread runs with dist::this_device() set to its index; collective ops whose
+// `group` attribute names a local group (local_group_id) run on that group with the
+// calling device's rank. Reductions add peers in group order, so every device gets the
+// same bits and two runs are bitwise identical. Waiting is blocking (condition variables),
+// never spinning, so more devices than cores still make progress.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace axle::dist {
+
+/// The device index of the calling thread while run_on_devices runs it; -1 on any other thread.
+int this_device();
+
+/// Runs fn(d) for d = 0..n-1, each on its own persistent device thread (the threads are
+/// reused across calls) with `threads_per_device` OpenMP threads, and returns when all have
+/// finished. If any fn throws, the local groups are aborted (peers waiting in a collective
+/// throw at once instead of waiting for the timeout) and the error of the lowest failing
+/// device is rethrown as axle::Error "[spmd] device k failed: ...". Not reentrant.
+void run_on_devices(int n, const std::function<void(int)>& fn, int threads_per_device);
+
+/// The id of the in-process group over devices `groups` (a partition of 0..n-1 into equal-
+/// size groups; a device's rank is its position in its group). Equal groups give the same
+/// id. The id is what collective ops carry (dist::detail::group_by_id finds it); the
+/// group's rank() and size() are those of the calling device thread.
+int64_t local_group_id(const std::vector<std::vector<int>>& groups);
+
+/// Timeout of local collectives, seconds (default 60; AXLE_SPMD_TIMEOUT overrides). A
+/// collective not reached by every member in time throws an axle::Error naming the
+/// collective and the devices that did not arrive.
+void set_local_timeout(double seconds);
+double local_timeout();
+
+}  // namespace axle::dist
