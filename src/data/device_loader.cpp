@@ -14,10 +14,29 @@
 
 #include "axle/error.h"
 #include "axle/tensor.h"
+#include "axle/xs.h"
+#include "core/tensor_impl.h"
 #include "lazy/ir.h"
 
 namespace axle::pl {
 namespace detail {
+
+namespace {
+// The spec for one field of a batch ("data" or "target"), or null.
+const xs::ShardingSpec* spec_for(const InputSharding& s, const char* key) {
+  if (const auto* one = std::get_if<xs::ShardingSpec>(&s)) return one;
+  if (const auto* per_key = std::get_if<std::map<std::string, xs::ShardingSpec>>(&s)) {
+    auto it = per_key->find(key);
+    return it == per_key->end() ? nullptr : &it->second;
+  }
+  return nullptr;
+}
+
+// One batch tensor on the device, sharded by `spec` where it applies.
+Tensor send(const Tensor& t, Device device, const xs::ShardingSpec* spec) {
+  return xm::send_cpu_data_to_device({t}, device, spec)[0];
+}
+}  // namespace
 
 class DeviceEpoch {
  public:
@@ -130,8 +149,9 @@ class DeviceEpoch {
       cv_space_.notify_all();
       if (!job.second.error) {
         try {
-          job.second.batch.data = job.second.batch.data.to(device_);
-          job.second.batch.target = job.second.batch.target.to(device_);
+          data::Example& b = job.second.batch;
+          b.data = send(b.data, device_, spec_for(opts_.input_sharding, "data"));
+          b.target = send(b.target, device_, spec_for(opts_.input_sharding, "target"));
         } catch (...) {
           job.second = Slot{{}, std::current_exception()};
         }
@@ -178,6 +198,17 @@ MpDeviceLoader::MpDeviceLoader(data::DataLoader& loader, Device device, MpDevice
   check_positive(o.device_prefetch_size, "device_prefetch_size");
   check_positive(o.host_to_device_transfer_threads, "host_to_device_transfer_threads");
   check_positive(o.batches_per_execution, "batches_per_execution");
+  if (std::holds_alternative<std::monostate>(o.input_sharding)) return;
+  AXLE_CHECK(runtime::is_spmd(), "[MpDeviceLoader] input_sharding needs SPMD: call axle::runtime::use_spmd() first");
+  AXLE_CHECK(!device.is_cpu(), "[MpDeviceLoader] input_sharding needs the xla device, got ", device.str());
+  if (const auto* per_key = std::get_if<std::map<std::string, xs::ShardingSpec>>(&o.input_sharding)) {
+    // torch_xla: every key of the batch must have a spec (here the fields of data::Example).
+    std::string missing;
+    for (const char* key : {"data", "target"})
+      if (!per_key->count(key)) missing += std::string(missing.empty() ? "'" : ", '") + key + "'";
+    AXLE_CHECK(missing.empty(), "[MpDeviceLoader] Keys: [", missing,
+               "] are missing from input_sharding (a batch is a data::Example: keys 'data' and 'target')");
+  }
 }
 
 MpDeviceLoader::~MpDeviceLoader() {
@@ -226,3 +257,31 @@ MpDeviceLoader& ParallelLoader::per_device_loader(Device device) {
 }
 
 }  // namespace axle::pl
+
+namespace axle::xm {
+
+std::vector<Tensor> send_cpu_data_to_device(const std::vector<Tensor>& tensors, Device device,
+                                            const xs::ShardingSpec* input_sharding) {
+  std::vector<Tensor> out;
+  out.reserve(tensors.size());
+  for (const Tensor& t : tensors) {
+    AXLE_CHECK(t.defined(), "[send_cpu_data_to_device] expected defined tensors, got an undefined one");
+    const bool shard = input_sharding && input_sharding->can_apply(t);
+    if (shard && input_sharding->minibatch && t.dim() > 0) {
+      // One host here, so the per-host batch is the global batch (torch_xla's
+      // GetAdjustedGlobalShape leaves it unchanged); it must still split evenly.
+      const int64_t local = runtime::addressable_runtime_device_count();
+      AXLE_CHECK(t.size(0) % local == 0,
+                 "[send_cpu_data_to_device] When minibatch is configured, the per-host batch size must be divisible "
+                 "by local runtime device count. Per host input data shape = ",
+                 shape_str(t.shape()), ", local_runtime_device_count = ", local);
+    }
+    Tensor x = t.to(device);
+    // Data fresh on the device: mark_sharding splits it at once into one shard per device.
+    if (shard) input_sharding->apply(x);
+    out.push_back(std::move(x));
+  }
+  return out;
+}
+
+}  // namespace axle::xm

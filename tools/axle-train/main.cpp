@@ -9,11 +9,14 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <future>
 #include <memory>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,6 +31,7 @@
 #include "axle/serialize.h"
 #include "axle/dist.h"
 #include "axle/xm.h"
+#include "axle/xs.h"
 #include "models.h"
 #include "progress.h"
 
@@ -49,6 +53,7 @@ struct Config {
   double momentum = 0.9;
   uint64_t seed = 0;
   int devices = 1;
+  std::string mesh;  // --pattern spmd: "data=N" (default) or "data=2,model=2"
   int threads = 0;  // 0: OpenMP's default (all cores unless OMP_NUM_THREADS says otherwise)
   std::string data = data::kFashionMNISTRoot;
   std::string json;
@@ -110,12 +115,94 @@ bool multi_process(const Config& c) {
   return c.pattern == "multiprocess" || c.pattern == "ddp" || c.pattern == "loader";
 }
 
+/// --mesh for --pattern spmd: axes "data" and/or "model" with sizes multiplying to --devices.
+struct MeshAxes {
+  std::vector<std::string> names;
+  std::vector<int64_t> sizes;
+  int64_t size(const std::string& axis) const {
+    for (size_t i = 0; i < names.size(); ++i)
+      if (names[i] == axis) return sizes[i];
+    return 0;
+  }
+};
+
+MeshAxes parse_mesh(const Config& c) {
+  MeshAxes m;
+  const std::string text = c.mesh.empty() ? fmt::format("data={}", c.devices) : c.mesh;
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    const size_t comma = std::min(text.find(',', pos), text.size());
+    const std::string item = text.substr(pos, comma - pos);
+    const size_t eq = item.find('=');
+    if (eq == std::string::npos)
+      throw UsageError("--mesh " + text + ": expected AXIS=SIZE items separated by commas (data=2,model=2), got '" +
+                       item + "'");
+    const std::string axis = item.substr(0, eq), size = item.substr(eq + 1);
+    if (axis != "data" && axis != "model")
+      throw UsageError("--mesh " + text + ": unknown axis '" + axis + "' (expected data and/or model)");
+    if (m.size(axis)) throw UsageError("--mesh " + text + ": axis '" + axis + "' appears twice");
+    int64_t n = 0;
+    if (!CLI::detail::lexical_cast(size, n) || n < 1)
+      throw UsageError("--mesh " + text + ": axis '" + axis + "' needs a size >= 1, got '" + size + "'");
+    m.names.push_back(axis);
+    m.sizes.push_back(n);
+    pos = comma + 1;
+  }
+  const int64_t total = std::accumulate(m.sizes.begin(), m.sizes.end(), int64_t{1}, std::multiplies<>());
+  if (total != c.devices)
+    throw UsageError(fmt::format("--mesh {}: the axis sizes multiply to {}, but --devices is {}", text, total,
+                                 c.devices));
+  return m;
+}
+
+std::string mesh_text(const MeshAxes& m) {
+  std::string r;
+  for (size_t i = 0; i < m.names.size(); ++i) r += fmt::format("{}{}={}", i ? "," : "", m.names[i], m.sizes[i]);
+  return r;
+}
+
+/// Tensor parallelism on a mesh's "model" axis, Megatron style: the linear layers in pairs,
+/// the first split by output features (weight rows and bias: column-parallel), the second by
+/// input features (weight columns: row-parallel, its output a partial sum the compiler
+/// all-reduces). The parameters keep these shardings across steps.
+void shard_linear_layers(nn::Module& model, const xs::Mesh& mesh) {
+  const auto params = model.named_parameters();
+  auto bias_of = [&](const std::string& weight_name) -> Tensor {
+    const std::string bias = weight_name.substr(0, weight_name.size() - 6) + "bias";
+    for (const auto& [n, p] : params)
+      if (n == bias) return p;
+    return {};
+  };
+  int k = 0;
+  for (const auto& [name, p] : params) {
+    if (p.dim() != 2 || name.size() < 6 || name.compare(name.size() - 6, 6, "weight") != 0) continue;
+    Tensor w = p, b = bias_of(name);
+    if (k++ % 2 == 0) {
+      xs::mark_sharding(w, mesh, {"model", xs::None});
+      if (b.defined()) xs::mark_sharding(b, mesh, {"model"});
+    } else {
+      xs::mark_sharding(w, mesh, {xs::None, "model"});
+    }
+  }
+}
+
+/// The collective counters the SPMD runtime keeps (kind and bytes), by their JSON names.
+const std::vector<std::pair<std::string, std::string>>& collective_counters() {
+  static const std::vector<std::pair<std::string, std::string>> names{
+      {"all_reduce", "SpmdAllReduce"},         {"all_gather", "SpmdAllGather"},
+      {"reduce_scatter", "SpmdReduceScatter"}, {"all_to_all", "SpmdAllToAll"},
+      {"collective_permute", "SpmdCollectivePermute"}, {"bytes", "SpmdCollectiveBytes"}};
+  return names;
+}
+
 void validate(const Config& c) {
   if (c.save_every > 0 && c.save.empty()) throw UsageError("--save-every needs --save DIR");
   if (c.device == "cpu" && c.pattern != "single")
     throw UsageError("--pattern " + c.pattern + " runs on the lazy device: use --device xla (the default)");
-  if (c.devices != 1 && !multi_process(c))
-    throw UsageError(fmt::format("--devices {} needs --pattern multiprocess, ddp or loader", c.devices));
+  if (c.devices != 1 && !multi_process(c) && c.pattern != "spmd")
+    throw UsageError(fmt::format("--devices {} needs --pattern multiprocess, ddp, loader or spmd", c.devices));
+  if (!c.mesh.empty() && c.pattern != "spmd") throw UsageError("--mesh needs --pattern spmd");
+  if (c.pattern == "spmd") (void)parse_mesh(c);
   if (!c.json.empty()) {
     const fs::path parent = fs::absolute(fs::path(c.json)).parent_path();
     std::error_code ec;
@@ -124,14 +211,17 @@ void validate(const Config& c) {
   }
 }
 
-/// Test accuracy: eval mode, no gradients, batches of 1000, on the training device.
-double evaluate(nn::Module& model, const std::shared_ptr<data::Dataset>& test, Device dev) {
+/// Test accuracy: eval mode, no gradients, batches of 1000, on the training device (under
+/// SPMD with the images sharded as the training batches are).
+double evaluate(nn::Module& model, const std::shared_ptr<data::Dataset>& test, Device dev,
+                const xs::ShardingSpec* input_sharding = nullptr) {
   model.eval();
   NoGradGuard no_grad;
   data::DataLoader loader(test, {.batch_size = 1000});
   int64_t correct = 0, total = 0;
   for (const data::Example& b : loader) {
-    const Tensor pred = argmax(model(b.data.to(dev)), 1);
+    const Tensor x = dev.is_cpu() ? b.data : xm::send_cpu_data_to_device({b.data}, dev, input_sharding)[0];
+    const Tensor pred = argmax(model(x), 1);
     correct += static_cast<int64_t>(sum(eq(pred, b.target.to(dev))).item());
     total += b.target.size(0);
   }
@@ -181,7 +271,21 @@ int run(const Config& cfg) {
   model->train();
   if (!cfg.init.empty()) model->load_state_dict(axle::load(cfg.init).tensors);  // weights by name
   const Device dev = Device::parse(cfg.device);
+  // SPMD (seed Pattern 5 with input_sharding): this one process drives every device. The
+  // mesh's "data" axis splits each batch; a "model" axis splits the linear layers.
+  std::optional<xs::Mesh> mesh;
+  std::optional<xs::ShardingSpec> input_sharding;
+  MeshAxes mesh_axes;
+  if (cfg.pattern == "spmd") {
+    runtime::use_spmd();  // before any tensor is on the device
+    mesh_axes = parse_mesh(cfg);
+    std::vector<int64_t> ids(cfg.devices);
+    std::iota(ids.begin(), ids.end(), int64_t{0});
+    mesh.emplace(ids, mesh_axes.sizes, mesh_axes.names);
+    if (mesh_axes.size("data")) input_sharding.emplace(*mesh, xs::PartitionSpec{"data", xs::None, xs::None, xs::None});
+  }
   model->to(dev);  // before the optimizer, as with torch_xla
+  if (mesh && mesh_axes.size("model")) shard_linear_layers(*model, *mesh);
   if (cfg.pattern == "eager") experimental::eager_mode(true);
   std::unique_ptr<optim::Optimizer> opt;
   std::string opt_desc;
@@ -206,6 +310,11 @@ int run(const Config& cfg) {
   // Pattern 5: batches arrive on the device, loaded and moved while the step runs.
   std::unique_ptr<pl::MpDeviceLoader> mp_loader;
   if (cfg.pattern == "loader") mp_loader = std::make_unique<pl::MpDeviceLoader>(loader, dev);
+  if (cfg.pattern == "spmd") {
+    pl::MpDeviceLoaderOptions o;
+    if (input_sharding) o.input_sharding = *input_sharding;  // images [B, 1, 28, 28]; labels stay replicated
+    mp_loader = std::make_unique<pl::MpDeviceLoader>(loader, dev, o);
+  }
 
   // The training step of each pattern. On xla the loss is read after the step
   // boundary, so reading it never splits the step's graph.
@@ -220,9 +329,11 @@ int run(const Config& cfg) {
   auto train_step = [&](const data::Example& batch) -> Tensor {
     if (dev.is_cpu()) return step_fn(batch.data, batch.target);
     if (cfg.pattern == "compiled") return compiled_step(batch.data.to(dev), batch.target.to(dev));
-    if (cfg.pattern == "multiprocess" || cfg.pattern == "loader") {  // seed Patterns 2 and 5
+    if (cfg.pattern == "multiprocess" || cfg.pattern == "loader" || cfg.pattern == "spmd") {  // seed Patterns 2, 5
       auto step = axle::step();
-      // The loader pattern's batches are on the device already (to() is then a no-op).
+      // The loader patterns' batches are on the device already (to() is then a no-op). Under
+      // SPMD there is one process: optimizer_step is opt.step(); the compiler inserted the
+      // gradients' all-reduces.
       Tensor x = batch.data.to(dev), y = batch.target.to(dev);
       opt->zero_grad();
       Tensor loss = cross_entropy((*model)(x), y);
@@ -250,6 +361,10 @@ int run(const Config& cfg) {
               static_cast<long long>(cfg.batch_size), static_cast<long long>(cfg.epochs), cfg.epochs == 1 ? "" : "s",
               cfg.max_steps > 0 ? fmt::format(" (at most {} steps)", cfg.max_steps).c_str() : "", threads,
               threads == 1 ? "" : "s");
+  if (mesh) {
+    std::printf("spmd: %d devices, mesh %s, input sharding %s\n", cfg.devices, mesh_text(mesh_axes).c_str(),
+                input_sharding ? "(data, None, None, None)" : "none (replicated)");
+  }
   std::printf("data: %lld train / %lld test images from %s in %.2f s\n", static_cast<long long>(train_set->size()),
               static_cast<long long>(test_set->size()), cfg.data.c_str(), load_s);
   std::fflush(stdout);
@@ -260,6 +375,8 @@ int run(const Config& cfg) {
   double train_seconds = 0, test_accuracy = 0;
   int64_t steps = 0, samples = 0;
   const int64_t per_epoch = loader.size();
+  // Collectives of the training steps only (evaluation and checkpoints excluded).
+  std::map<std::string, int64_t> collectives;
 
   // Checkpoints: model, optimizer, RNG state and the loader position, written atomically,
   // so a run killed at any moment resumes to the same parameters as an uninterrupted one.
@@ -324,14 +441,17 @@ int run(const Config& cfg) {
         if (done == planned) break;  // not ++it: that would fetch (and the loader pattern sync) one batch more
       }
     };
+    std::map<std::string, int64_t> before;
+    for (const auto& [key, counter] : collective_counters()) before[key] = metrics::counter_value(counter);
     if (mp_loader) run_epoch(*mp_loader);
     else run_epoch(loader);
+    for (const auto& [key, counter] : collective_counters()) collectives[key] += metrics::counter_value(counter) - before[key];
     progress.finish();
     save(epoch, first_batch + done);
     const double es = seconds_since(t_epoch);
     epoch_seconds.push_back(es);
     train_seconds += es;
-    test_accuracy = evaluate(*model, test_set, dev);
+    test_accuracy = evaluate(*model, test_set, dev, input_sharding ? &*input_sharding : nullptr);
     const double mean_loss =
         std::accumulate(losses.begin() + first, losses.end(), 0.0) / double(std::max<size_t>(1, losses.size() - first));
     std::printf("epoch %lld/%lld: %lld steps, mean loss %.4f, test accuracy %.4f, %.2f s (%.2f ms/step median)\n",
@@ -343,7 +463,7 @@ int run(const Config& cfg) {
 
   if (!cfg.resume.empty() && losses.empty()) {
     // The checkpoint's run had finished: report its figures, the accuracy from the restored model.
-    test_accuracy = evaluate(*model, test_set, dev);
+    test_accuracy = evaluate(*model, test_set, dev, input_sharding ? &*input_sharding : nullptr);
     std::printf("nothing left to train: the run in %s had already finished (step %lld); its figures follow "
                 "(losses from the checkpoint, test accuracy of the restored model)\n",
                 cfg.resume.c_str(), static_cast<long long>(steps));
@@ -382,6 +502,23 @@ int run(const Config& cfg) {
     j["median_step_ms"] = med;
     j["step_ms"] = step_ms;
     j["samples_per_second"] = sps;
+    if (mesh) {
+      // SPMD: the mesh, the collectives the partitioner inserted (per training step, counted
+      // as they ran) and each device's peak memory.
+      j["devices"] = cfg.devices;
+      j["mesh"] = nlohmann::ordered_json::object();
+      for (size_t i = 0; i < mesh_axes.names.size(); ++i) j["mesh"][mesh_axes.names[i]] = mesh_axes.sizes[i];
+      const int64_t trained = static_cast<int64_t>(losses.size());
+      j["collectives"] = nlohmann::ordered_json::object();
+      j["collectives"]["steps"] = trained;
+      j["collectives"]["per_step"] = nlohmann::ordered_json::object();
+      for (const auto& [key, counter] : collective_counters())
+        j["collectives"]["per_step"][key] = trained > 0 ? double(collectives[key]) / double(trained) : 0.0;
+      j["collectives"]["total"] = collectives;
+      std::vector<int64_t> peaks;
+      for (int k = 0; k < cfg.devices; ++k) peaks.push_back(xm::get_memory_info(Device(DeviceType::XLA, k)).peak_bytes_used);
+      j["peak_bytes_per_device"] = peaks;
+    }
     // torch_xla-named counters and timers (name -> total ms); empty on the eager cpu path.
     j["counters"] = nlohmann::ordered_json::object();
     for (const auto& [name, v] : metrics::counters()) j["counters"][name] = v;
@@ -399,7 +536,7 @@ int main(int argc, char** argv) {
   CLI::App app{"axle-train: train a model on Fashion-MNIST with one of the PyTorch/XLA training-loop patterns",
                "axle-train"};
   app.add_option("--pattern", cfg.pattern, "training-loop pattern")
-      ->check(CLI::IsMember({"single", "multiprocess", "ddp", "compiled", "loader", "eager"}))
+      ->check(CLI::IsMember({"single", "multiprocess", "ddp", "compiled", "loader", "eager", "spmd"}))
       ->capture_default_str();
   app.add_option("--device", cfg.device, "device: cpu trains eagerly; xla is the lazy device")
       ->check(CLI::IsMember({"xla", "cpu"}))
@@ -413,6 +550,9 @@ int main(int argc, char** argv) {
   app.add_option("--momentum", cfg.momentum, "SGD momentum")->check(CLI::Range(0.0, 1.0))->capture_default_str();
   app.add_option("--seed", cfg.seed, "random seed (model initialisation, shuffling)")->capture_default_str();
   app.add_option("--devices", cfg.devices, "devices (processes or SPMD devices)")->check(positive<int>())->capture_default_str();
+  app.add_option("--mesh", cfg.mesh,
+                 "--pattern spmd: mesh axes and sizes, data=N (default: data=--devices) or data=2,model=2 "
+                 "(model: tensor-parallel linear layers)");
   app.add_option("--threads", cfg.threads, "CPU threads (default: all cores)")->check(positive<int>());
   app.add_option("--data", cfg.data, "directory of the Fashion-MNIST IDX files")->capture_default_str();
   app.add_option("--json", cfg.json, "write the result as one JSON object to this file");
@@ -435,6 +575,14 @@ int main(int argc, char** argv) {
   }
   try {
     validate(cfg);
+    if (cfg.pattern == "spmd") {
+      // The virtual devices of this process (read by the runtime at its first use).
+      const std::string n = std::to_string(cfg.devices);
+      const char* set = std::getenv("AXLE_CPU_DEVICES");
+      if (set && n != set)
+        throw UsageError(fmt::format("--devices {} disagrees with AXLE_CPU_DEVICES={}", cfg.devices, set));
+      ::setenv("AXLE_CPU_DEVICES", n.c_str(), 1);
+    }
     if (!multi_process(cfg)) return run(cfg);
     int status = 0;
     axle::launch([&](int) { status = run(cfg); }, {.nprocs = cfg.devices, .timeout_s = cfg.timeout});

@@ -18,18 +18,42 @@
 // rethrown in the loop when that batch is reached (by begin() or ++); iteration may
 // continue past it, as with DataLoader. The loader must outlive the MpDeviceLoader and
 // must not be iterated elsewhere meanwhile.
+//
+// Under SPMD (seed Pattern 5 "with SPMD input sharding"), input_sharding shards each
+// batch as it is moved, so the step receives it already laid out over the devices:
+//
+//   axle::runtime::use_spmd();
+//   axle::xs::Mesh mesh = axle::xs::get_1d_mesh("data");                   // every device
+//   axle::pl::MpDeviceLoader mp_loader(train_loader, axle::device(),
+//                                      {.input_sharding = axle::xs::ShardingSpec(mesh, {"data", {}, {}, {}})});
+//   // batch.data: "{devices=[n,1,1,1]0,1,...}"; batch.target (rank 1): "{replicated}"
+//
+// As in torch_xla, a spec applies only to tensors whose rank equals its length; the others
+// arrive replicated. A map spec names one spec per field of data::Example ("data",
+// "target"); both must be present. ShardingSpec::minibatch (each host loads only its own
+// slice of the global batch) needs a batch divisible by the local device count.
 #pragma once
 #include <cstdint>
 #include <iterator>
+#include <map>
 #include <memory>
+#include <string>
+#include <variant>
 #include <vector>
 
 #include "axle/data/dataloader.h"
 #include "axle/device.h"
+#include "axle/xs.h"
 
 namespace axle::pl {
 
+/// No sharding (batches arrive replicated under SPMD), one spec for every tensor of a batch,
+/// or one per data::Example field ("data", "target").
+using InputSharding = std::variant<std::monostate, xs::ShardingSpec, std::map<std::string, xs::ShardingSpec>>;
+
 struct MpDeviceLoaderOptions {
+  /// SPMD only (runtime::use_spmd() first): the sharding each batch tensor gets on the device.
+  InputSharding input_sharding;
   /// Host batches read from the loader ahead of the device queue.
   int loader_prefetch_size = 16;
   /// Device batches prepared ahead of the training loop.
@@ -106,3 +130,12 @@ class [[deprecated("use axle::pl::MpDeviceLoader(loader, device)")]] ParallelLoa
 };
 
 }  // namespace axle::pl
+
+namespace axle::xm {
+/// torch_xla's xm.send_cpu_data_to_device: each tensor moved to `device`; with a spec, those
+/// whose rank equals its length are sharded as they arrive (each device receives its own
+/// shard), the rest stay replicated. A minibatch spec needs dim 0 divisible by the local
+/// device count (torch_xla's error otherwise).
+std::vector<Tensor> send_cpu_data_to_device(const std::vector<Tensor>& tensors, Device device,
+                                            const xs::ShardingSpec* input_sharding = nullptr);
+}  // namespace axle::xm
