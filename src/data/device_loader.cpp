@@ -278,7 +278,10 @@ std::vector<Tensor> send_cpu_data_to_device(const std::vector<Tensor>& tensors, 
     }
     Tensor x = t.to(device);
     // Data fresh on the device: mark_sharding splits it at once into one shard per device.
+    // A tensor the spec does not fit is replicated on its mesh, as torch_xla sends it
+    // ("{replicated}").
     if (shard) input_sharding->apply(x);
+    else if (input_sharding) xs::mark_sharding(x, input_sharding->mesh, xs::PartitionSpec(size_t(x.dim()), xs::None));
     out.push_back(std::move(x));
   }
   return out;

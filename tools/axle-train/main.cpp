@@ -279,7 +279,7 @@ int run(const Config& cfg) {
   if (cfg.pattern == "spmd") {
     runtime::use_spmd();  // before any tensor is on the device
     mesh_axes = parse_mesh(cfg);
-    std::vector<int64_t> ids(cfg.devices);
+    std::vector<int64_t> ids(static_cast<size_t>(cfg.devices));
     std::iota(ids.begin(), ids.end(), int64_t{0});
     mesh.emplace(ids, mesh_axes.sizes, mesh_axes.names);
     if (mesh_axes.size("data")) input_sharding.emplace(*mesh, xs::PartitionSpec{"data", xs::None, xs::None, xs::None});
@@ -483,6 +483,7 @@ int run(const Config& cfg) {
     j["pattern"] = cfg.pattern;
     j["device"] = cfg.device;
     j["model"] = cfg.model;
+    j["parameters"] = model->num_parameters();
     j["world_size"] = world;
     j["epochs"] = cfg.epochs;
     j["steps"] = steps;

@@ -134,7 +134,7 @@ class [[deprecated("use axle::pl::MpDeviceLoader(loader, device)")]] ParallelLoa
 namespace axle::xm {
 /// torch_xla's xm.send_cpu_data_to_device: each tensor moved to `device`; with a spec, those
 /// whose rank equals its length are sharded as they arrive (each device receives its own
-/// shard), the rest stay replicated. A minibatch spec needs dim 0 divisible by the local
+/// shard), the rest are replicated on the spec's mesh ("{replicated}"). A minibatch spec needs dim 0 divisible by the local
 /// device count (torch_xla's error otherwise).
 std::vector<Tensor> send_cpu_data_to_device(const std::vector<Tensor>& tensors, Device device,
                                             const xs::ShardingSpec* input_sharding = nullptr);
