@@ -93,7 +93,7 @@ struct ShardingSpec {
   ShardingSpec(Mesh mesh, PartitionSpec partition_spec, bool minibatch = false);
   /// t.dim() == partition_spec.size(), as torch_xla: other tensors are left replicated.
   bool can_apply(const Tensor& t) const;
-  /// mark_sharding(t, mesh, partition_spec).
+  /// mark_sharding(t, mesh, partition_spec) (inline below: mark_sharding is the lazy layer's).
   void apply(Tensor& t) const;
   Mesh mesh;
   PartitionSpec partition_spec;
@@ -105,6 +105,8 @@ struct ShardingSpec {
 /// Re-marking with the same sharding is a no-op; a different one on a sharded tensor is an
 /// error (clear_sharding first); a replicated tensor may be re-marked. Counts XlaMarkSharding.
 Tensor& mark_sharding(Tensor& t, const Mesh& mesh, const PartitionSpec& spec);
+// Inline so that the spmd layer, which defines ShardingSpec, does not call up into lazy.
+inline void ShardingSpec::apply(Tensor& t) const { mark_sharding(t, mesh, partition_spec); }
 /// A new tensor equal to `t` with the constraint applied, and the same constraint on its
 /// gradient in backward.
 Tensor mark_sharding_with_gradients(const Tensor& t, const Mesh& mesh, const PartitionSpec& spec);
