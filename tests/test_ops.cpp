@@ -42,6 +42,7 @@
 #include "lazy/graph.h"
 #include "op_reference.h"
 #include "ops/op.h"
+#include "ops/spmd.h"
 
 // Rows and inputs use designated initializers that leave the other fields at their defaults.
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"
@@ -654,6 +655,21 @@ std::vector<OpCase> build_table() {
   row({"reshape_zero_size", {F({0, 4})}, AX(reshape(x[0], {2, 0, 2})), RF(reshape(a[0], {2, 0, 2}))});
   row({"softmax_zero_size", {F({0, 5})}, AX(softmax(x[0], 1)), RF(along(a[0], 1, vsoftmax))});
   row({"index_select_empty_index", {F({3, 2}), Idx({0}, {})}, AX(index_select(x[0], 0, x[1])), RF(index_select(a[0], 0, a[1]))});
+
+  // ---------------------------------------------------------------- spmd (src/ops/spmd.h): off a device thread
+  // the device is 0; tests/test_spmd_rules_nn.cpp runs every device.
+  row({"sharding_constraint", {F({2, 3})}, AX(ops::sharding_constraint(x[0], {7, 1, 2}, false)), RF(a[0])});
+  row({"sharding_constraint_on_grad", {F({2, 3})}, AX(ops::sharding_constraint(x[0], {7, 1, 2}, true) * 2.0),
+       RF(map(a[0], [](double v) { return 2 * v; }))});
+  // dim 0 in 2 tiles of 3 rows: device 0 holds tile 0 (rows 0..2), or tile 1 (rows 3, 4 and a zero row).
+  row({"shard_slice", {F({5, 3})}, AX(ops::shard_slice(x[0], {2, 2, 1, 0, 0, 1, 0})), RF(slice(a[0], 0, 0, 3, 1)), false});
+  row({"shard_slice_padded", {F({5, 3})}, AX(ops::shard_slice(x[0], {2, 2, 3, 1, 2, 0, 0})),
+       RF(cat({slice(slice(a[0], 0, 3, 5, 1), 1, 2, 3, 1), ref::zeros(Shape{1, 1})}, 0)), false});
+  // device 0 holds tile 1 of a dim of global size 5 in shards of 3: its last row is padding.
+  row({"mask_padding", {F({3, 4})}, AX(ops::mask_padding(x[0], 0, 5, -7, {1, 0})),
+       RF(cat({slice(a[0], 0, 0, 2, 1), map(slice(a[0], 0, 2, 3, 1), [](double) { return -7.0; })}, 0)), false});
+  row({"mask_padding_int64", {I({2, 4}, 0, 3)}, AX(ops::mask_padding(x[0], -1, 6, -100, {1, 0})),
+       RF(cat({slice(a[0], 1, 0, 2, 1), map(slice(a[0], 1, 2, 4, 1), [](double) { return -100.0; })}, 1)), false});
 
   // ---------------------------------------------------------------- composites (several ops in one graph)
   row({"mlp_block", {F({4, 6}), F({5, 6}), F({5}), F({3, 5}), Idx({4}, {2, 0, 1, 2})},

@@ -74,7 +74,8 @@ namespace dist {
 
 enum class ReduceOp : int64_t { Sum = 0, Mean = 1, Min = 2, Max = 3 };
 
-/// A group of processes that run collectives together (Gloo, TCP transport).
+/// A group of processes that run collectives together (Gloo, TCP transport), or of the
+/// virtual devices of one process (SPMD, src/dist/local_devices.h: shared memory).
 /// Collectives on cpu buffers; the tensor-level functions below dispatch to it.
 class ProcessGroup {
  public:
@@ -95,6 +96,12 @@ class ProcessGroup {
   /// In place on the root's data: every rank's buf <- root's buf.
   virtual void broadcast(void* buf, int64_t numel, DType t, int root) = 0;
   virtual void barrier() = 0;
+  /// `in` holds size() chunks of chunk_numel elements; chunk r of `out` <- chunk rank() of
+  /// rank r's `in` (rank order). `in` and `out` must not overlap.
+  virtual void all_to_all(const void* in, void* out, int64_t chunk_numel, DType t) = 0;
+  /// out (numel elements) <- `in` of rank source_of[rank()], zeros where that is -1.
+  /// source_of has size() entries, each -1 or a rank, and is the same on every rank.
+  virtual void permute(const void* in, void* out, int64_t numel, DType t, const std::vector<int>& source_of) = 0;
 };
 
 /// The job's group (created, with a rendezvous, on first use). In a process that

@@ -85,6 +85,7 @@ class ConstantFoldingPass final : public Pass {
       PNode& n = p.nodes[i];
       if (n.dead || n.kind != NodeKind::Op || n.operands.empty()) continue;
       if (ops::has_side_effects(n.op)) continue;  // must run with the other ranks, at run time
+      if (ops::shard_rule(n.op) == ops::ShardRule::Device) continue;  // its value depends on the running device
       if (!ops::supports(DeviceType::CPU, n.op)) continue;  // folding runs the cpu kernel
       bool all_const = true;
       int64_t numel = 0;

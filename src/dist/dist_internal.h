@@ -19,6 +19,9 @@ Job& job();
 
 /// The group a collective op's `group id` attribute names; throws if unknown.
 ProcessGroup& group_by_id(int64_t id);
+/// The in-process device group (local_devices.h) with this id; nullptr when `id` is not in
+/// the range of local group ids, throws when it is but names no group.
+ProcessGroup* local_group_by_id(int64_t id);
 /// True once the default group exists (a rendezvous happened).
 bool default_group_created();
 /// Tears every group down (closes connections); used before a child exits.

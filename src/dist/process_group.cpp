@@ -32,6 +32,7 @@
 
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
+#include <gloo/alltoall.h>
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
 #include <gloo/math.h>
@@ -109,6 +110,16 @@ class LocalGroup final : public ProcessGroup {
     AXLE_CHECK(root == 0, "[broadcast] expected a source rank in [0, 1), got ", root);
   }
   void barrier() override {}
+  void all_to_all(const void* in, void* out, int64_t n, DType t) override {
+    if (in != out && n > 0) std::memcpy(out, in, size_t(n) * itemsize(t));
+  }
+  void permute(const void* in, void* out, int64_t n, DType t, const std::vector<int>& source_of) override {
+    AXLE_CHECK(source_of.size() == 1 && (source_of[0] == 0 || source_of[0] == -1),
+               "[permute] expected one source rank (0 or -1) for a group of one, got ", source_of.size(), " entries");
+    if (n == 0) return;
+    if (source_of[0] == -1) std::memset(out, 0, size_t(n) * itemsize(t));
+    else if (in != out) std::memcpy(out, in, size_t(n) * itemsize(t));
+  }
 
  private:
   int64_t id_;
@@ -249,6 +260,30 @@ class GlooGroup final : public ProcessGroup {
         return 0;
       });
     });
+  }
+
+  void all_to_all(const void* in, void* out, int64_t n, DType t) override {
+    if (n == 0) return;
+    std::lock_guard<std::mutex> g(mu_);
+    static metrics::Counter& calls = metrics::counter("CollectiveAllToAll");
+    calls.add();
+    run("all_to_all", [&] {
+      dispatch_type(t, "all_to_all", [&](auto zero) {
+        using T = decltype(zero);
+        gloo::AlltoallOptions o(ctx_);
+        o.setInput(const_cast<T*>(static_cast<const T*>(in)), size_t(n) * size_t(ctx_->size));
+        o.setOutput(static_cast<T*>(out), size_t(n) * size_t(ctx_->size));
+        o.setTag(next_tag());
+        o.setTimeout(ms());
+        gloo::alltoall(o);
+        return 0;
+      });
+    });
+  }
+
+  void permute(const void*, void*, int64_t, DType, const std::vector<int>&) override {
+    AXLE_FAIL("[permute] not supported by the gloo process group (collective_permute runs on in-process SPMD "
+              "device groups)");
   }
 
   void barrier() override {
@@ -721,6 +756,7 @@ namespace detail {
 
 ProcessGroup& group_by_id(int64_t id) {
   if (id == 0) return default_group();
+  if (ProcessGroup* g = local_group_by_id(id)) return *g;
   Registry& r = registry();
   std::lock_guard<std::mutex> g(r.mu);
   AXLE_CHECK(id >= 0 && id < int64_t(r.groups.size()) && r.groups[size_t(id)], "[dist] unknown process group id ", id);

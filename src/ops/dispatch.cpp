@@ -81,6 +81,7 @@ void ensure_registered() {
     register_pool_ops();
     register_fused_ops();
     register_collective_ops();
+    register_spmd_ops();
   });
 }
 

@@ -54,6 +54,7 @@ void register_conv_ops();
 void register_pool_ops();
 void register_fused_ops();
 void register_collective_ops();
+void register_spmd_ops();
 const char* op_name(OpKind k);
 OpKind op_from_name(const std::string& name);  ///< throws if unknown
 

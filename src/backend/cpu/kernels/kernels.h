@@ -22,5 +22,6 @@ void register_cpu_conv_kernels();
 void register_cpu_pool_kernels();
 void register_cpu_fused_kernels();
 void register_cpu_collective_kernels();
+void register_cpu_spmd_kernels();
 
 }  // namespace axle::cpu

@@ -13,6 +13,7 @@ void register_cpu_kernels() {
   register_cpu_pool_kernels();
   register_cpu_fused_kernels();
   register_cpu_collective_kernels();
+  register_cpu_spmd_kernels();
 }
 
 }  // namespace axle::cpu
