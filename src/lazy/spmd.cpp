@@ -8,16 +8,7 @@
 #include "axle/xs.h"
 #include "dist/dist_internal.h"
 #include "lazy/lazy_internal.h"
-#if __has_include("ops/spmd.h")
 #include "ops/spmd.h"
-#else  // TEMP until h-nnrules lands
-namespace axle::ops {
-inline Tensor sharding_constraint(const Tensor&, const std::vector<int64_t>&, bool = false) {
-  AXLE_CHECK(false, "[mark_sharding] sharding_constraint op missing");
-  return {};
-}
-}  // namespace axle::ops
-#endif
 
 namespace axle::runtime {
 
@@ -111,15 +102,15 @@ Tensor& mark_sharding(Tensor& t, const Mesh& mesh, const PartitionSpec& spec) {
     Tensor c;
     {
       NoGradGuard ng;
-      c = ops::sharding_constraint(t, enc);
+      c = ops::sharding_constraint(t, enc, /*on_grad=*/false);
     }
     lt.ir = c.impl()->lazy->ir;
     lt.sharding = s;
     return t;
   }
   // Data: sharded at once, one buffer per device.
-  Tensor full = host_value(lt, t);
-  set_data_shards(lt, upload(spmd::shard_host(full, *s)), std::move(s));
+  std::vector<Tensor> shards = upload(spmd::shard_host(host_value(lt, t), *s));
+  set_data_shards(lt, std::move(shards), std::move(s));
   return t;
 }
 
@@ -235,7 +226,8 @@ void load_local_shards_(Tensor& t, const std::vector<XLAShard>& shards) {
     host.push_back(x.device().is_cpu() ? x : x.cpu());
   }
   if (lt.ir) lt.ir = {};  // replaced, pending value or not
-  set_data_shards(lt, upload(host), lt.sharding);
+  std::shared_ptr<const spmd::Sharding> s = lt.sharding;
+  set_data_shards(lt, upload(host), std::move(s));
 }
 
 std::string debug_info(const Tensor& t) {
