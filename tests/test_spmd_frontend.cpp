@@ -324,6 +324,10 @@ TEST(DistributedCheckpoint, ErrorsLeaveTheTargetsAlone) {
 
 namespace {
 int count_lines(const std::string& s) { return static_cast<int>(std::count(s.begin(), s.end(), '\n')); }
+// axle-train without this test program's AXLE_CPU_DEVICES (its --devices sets it).
+axle::test::Result run_spmd_train(const std::string& args) {
+  return axle::test::run_captured(std::string("env -u AXLE_CPU_DEVICES '") + AXLE_TRAIN_BIN + "' " + args);
+}
 void expect_usage_error(const axle::test::Result& r, const std::string& needle) {
   EXPECT_EQ(r.status, 2) << r.err;
   EXPECT_EQ(count_lines(r.err), 1) << r.err;
@@ -332,6 +336,7 @@ void expect_usage_error(const axle::test::Result& r, const std::string& needle) 
 }  // namespace
 
 TEST(SpmdCli, BadMeshValues) {
+  use_devices(2);
   using axle::test::run_train;
   expect_usage_error(run_train("--pattern spmd --devices 4 --mesh data=2,pipe=2"), "unknown axis 'pipe'");
   expect_usage_error(run_train("--pattern spmd --devices 4 --mesh data=3"),
@@ -340,6 +345,8 @@ TEST(SpmdCli, BadMeshValues) {
   expect_usage_error(run_train("--pattern spmd --devices 2 --mesh data"), "expected AXIS=SIZE");
   expect_usage_error(run_train("--pattern spmd --devices 2 --mesh data=0,model=2"), "needs a size >= 1");
   expect_usage_error(run_train("--devices 2 --mesh data=2"), "--mesh needs --pattern spmd");
+  // --devices sets AXLE_CPU_DEVICES; another value already there is an error (it is 2 here).
+  expect_usage_error(run_train("--pattern spmd --devices 4"), "--devices 4 disagrees with AXLE_CPU_DEVICES=2");
 }
 
 // Data parallel on 2 devices: the same global batch as one device, so the same losses up to
@@ -348,11 +355,11 @@ TEST(SpmdCli, DataParallelCnnMatchesOneDevice) {
   using axle::test::run_train;
   using axle::test::slurp;
   TempDir d;
-  const std::string common = "--model cnn --data '" AXLE_TEST_DATA "/tiny_fmnist' --batch-size 32 --max-steps 4 "
+  const std::string common = "--model cnn --data '" AXLE_TEST_DATA "/tiny_fmnist' --batch-size 32 --epochs 2 "
                              "--threads 2 --json '";
   const auto one = run_train(common + (d / "one.json") + "'");
   ASSERT_EQ(one.status, 0) << one.err;
-  const auto two = run_train("--pattern spmd --devices 2 " + common + (d / "two.json") + "'");
+  const auto two = run_spmd_train("--pattern spmd --devices 2 " + common + (d / "two.json") + "'");
   ASSERT_EQ(two.status, 0) << two.err;
   const auto a = nlohmann::json::parse(slurp(d / "one.json")), b = nlohmann::json::parse(slurp(d / "two.json"));
   EXPECT_EQ(b.at("pattern"), "spmd");
@@ -375,11 +382,11 @@ TEST(SpmdCli, TensorParallelMlpMatchesOneDevice) {
   using axle::test::run_train;
   using axle::test::slurp;
   TempDir d;
-  const std::string common = "--model mlp --data '" AXLE_TEST_DATA "/tiny_fmnist' --batch-size 32 --max-steps 4 "
+  const std::string common = "--model mlp --data '" AXLE_TEST_DATA "/tiny_fmnist' --batch-size 32 --epochs 2 "
                              "--threads 2 --json '";
   const auto one = run_train(common + (d / "one.json") + "'");
   ASSERT_EQ(one.status, 0) << one.err;
-  const auto tp = run_train("--pattern spmd --devices 4 --mesh data=2,model=2 " + common + (d / "tp.json") + "'");
+  const auto tp = run_spmd_train("--pattern spmd --devices 4 --mesh data=2,model=2 " + common + (d / "tp.json") + "'");
   ASSERT_EQ(tp.status, 0) << tp.err;
   const auto a = nlohmann::json::parse(slurp(d / "one.json")), b = nlohmann::json::parse(slurp(d / "tp.json"));
   EXPECT_EQ(b.at("mesh"), nlohmann::json({{"data", 2}, {"model", 2}}));

@@ -353,7 +353,13 @@ void load(const nn::StateDict& state_dict, const fs::path& dir) {
     } else {
       Tensor full = zeros(t.shape(), {.dtype = t.dtype()});
       if (t.numel() > 0) fill(full, Shape(t.dim(), 0), Shape(t.dim(), 0), t.shape());
+      const bool replicated = annotated(t);
       t.set_data(t.device().is_cpu() ? full : full.to(t.device()));
+      if (replicated && !annotated(t)) {
+        // New data is unannotated: mark it replicated again (every mesh replicates alike).
+        Tensor target = t;
+        xs::mark_sharding(target, xs::get_1d_mesh(), xs::PartitionSpec(size_t(t.dim()), xs::None));
+      }
     }
   }
 }

@@ -199,9 +199,9 @@ void validate(const Config& c) {
   if (c.save_every > 0 && c.save.empty()) throw UsageError("--save-every needs --save DIR");
   if (c.device == "cpu" && c.pattern != "single")
     throw UsageError("--pattern " + c.pattern + " runs on the lazy device: use --device xla (the default)");
+  if (!c.mesh.empty() && c.pattern != "spmd") throw UsageError("--mesh needs --pattern spmd");
   if (c.devices != 1 && !multi_process(c) && c.pattern != "spmd")
     throw UsageError(fmt::format("--devices {} needs --pattern multiprocess, ddp, loader or spmd", c.devices));
-  if (!c.mesh.empty() && c.pattern != "spmd") throw UsageError("--mesh needs --pattern spmd");
   if (c.pattern == "spmd") (void)parse_mesh(c);
   if (!c.json.empty()) {
     const fs::path parent = fs::absolute(fs::path(c.json)).parent_path();
