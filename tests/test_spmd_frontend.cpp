@@ -394,4 +394,10 @@ TEST(SpmdCli, TensorParallelMlpMatchesOneDevice) {
   ASSERT_EQ(lb.size(), la.size());
   for (size_t s = 0; s < la.size(); ++s) EXPECT_NEAR(lb[s], la[s], 1e-5 * std::fabs(la[s])) << "step " << s + 1;
   EXPECT_EQ(b.at("peak_bytes_per_device").size(), 4u);
+  // The first linear layer split by output features (column-parallel), the second by input
+  // features (row-parallel), each replicated over "data"; still so after the steps.
+  const auto& sh = b.at("parameter_shardings");
+  EXPECT_EQ(sh.at("1.weight"), "{devices=[2,1,2]0,2,1,3 last_tile_dim_replicate}");
+  EXPECT_EQ(sh.at("1.bias"), "{devices=[2,2]0,2,1,3 last_tile_dim_replicate}");
+  EXPECT_EQ(sh.at("3.weight"), "{devices=[1,2,2]0,2,1,3 last_tile_dim_replicate}");
 }

@@ -516,6 +516,8 @@ int run(const Config& cfg) {
       for (const auto& [key, counter] : collective_counters())
         j["collectives"]["per_step"][key] = trained > 0 ? double(collectives[key]) / double(trained) : 0.0;
       j["collectives"]["total"] = collectives;
+      j["parameter_shardings"] = nlohmann::ordered_json::object();  // after training: kept across steps
+      for (const auto& [name, p] : model->named_parameters()) j["parameter_shardings"][name] = xs::get_sharding_spec(p);
       std::vector<int64_t> peaks;
       for (int k = 0; k < cfg.devices; ++k) peaks.push_back(xm::get_memory_info(Device(DeviceType::XLA, k)).peak_bytes_used);
       j["peak_bytes_per_device"] = peaks;
