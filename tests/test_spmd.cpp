@@ -2,6 +2,7 @@
 // process; shardings on tensors, their shards, the executor's SPMD path (compile cache,
 // aliasing, counters) and data-parallel training parity with one device.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
 #include <cstdlib>
@@ -236,9 +237,9 @@ nn::ModulePtr make_model(const std::string& name) {
         std::make_shared<nn::Linear>(256, 10)});
   // A small cnn with BatchNorm (running statistics must be the global batch's).
   return std::make_shared<nn::Sequential>(std::vector<nn::ModulePtr>{
-      std::make_shared<nn::Conv2d>(1, 8, 3, nn::Conv2dOptions{.padding = 1}), std::make_shared<nn::BatchNorm2d>(8),
+      std::make_shared<nn::Conv2d>(1, 4, 3, nn::Conv2dOptions{.padding = 1}), std::make_shared<nn::BatchNorm2d>(4),
       std::make_shared<nn::ReLU>(), std::make_shared<nn::MaxPool2d>(2), std::make_shared<nn::Flatten>(),
-      std::make_shared<nn::Linear>(8 * 14 * 14, 10)});
+      std::make_shared<nn::Linear>(4 * 14 * 14, 10)});
 }
 
 struct Batch {
@@ -267,6 +268,12 @@ struct TrainRun {
 // the input sharded {"data", None, None, None} and the labels replicated (rank mismatch).
 TrainRun train(const std::string& model, int devices, int steps) {
   const auto& data = batches(steps);
+  // One kernel thread per device (and for the reference): fast on a busy machine.
+  struct Threads {
+    int saved = omp_get_max_threads();
+    Threads() { omp_set_num_threads(1); }
+    ~Threads() { omp_set_num_threads(saved); }
+  } threads;
   if (devices == 0) {
     dist::detail::set_spmd_mode(false);
   } else {
