@@ -12,6 +12,7 @@
 #include "axle/axle.h"
 #include "axle/metrics.h"
 #include "axle/runtime.h"
+#include "axle/xm.h"
 #include "axle/xs.h"
 #include "dist/dist_internal.h"
 #include "spmd/device_count.h"
@@ -177,7 +178,7 @@ TEST_F(Spmd, ShardingPersistsAndParametersAlias) {
     Tensor x = randn({6, 4}).to(device());
     opt.zero_grad();
     lin->forward(x).sum().backward();
-    opt.step();
+    xm::optimizer_step(opt);  // world size 1 under SPMD: no all-reduce, just the step
   }
   EXPECT_EQ(xs::get_sharding_spec(lin->weight), spec);
   EXPECT_EQ(metrics::counter_value("InputOutputAliasCount"), 3);
@@ -468,6 +469,17 @@ TEST_F(Spmd, TwoRunsAreBitwiseIdentical) {
   const TrainRun b = train("mlp", 4, 5);
   EXPECT_EQ(a.losses, b.losses);
   EXPECT_EQ(a.params, b.params);
+}
+
+TEST_F(Spmd, ShardedDataOutsideSpmdIsAnError) {
+  devices(2);
+  xs::Mesh mesh(iota(2), {2}, {"data"});
+  Tensor t = host_iota({4, 2}).to(device());
+  xs::mark_sharding(t, mesh, {"data", xs::None});
+  spmd_off();
+  EXPECT_NE(error_of([&] { (t + 1.0).cpu(); }).find("is SPMD data (one shard per device) but SPMD is off"),
+            std::string::npos);
+  EXPECT_EQ(t.cpu().to_vector<float>(), host_iota({4, 2}).to_vector<float>()) << "its value can still be read";
 }
 
 TEST_F(Spmd, MultiProcessApisRefuseSpmd) {
