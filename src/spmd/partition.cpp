@@ -42,8 +42,6 @@ int64_t numel_of(const Shape& s) { return std::accumulate(s.begin(), s.end(), in
 
 int64_t reduce_code(Reduce r) { return r == Reduce::Sum ? 0 : r == Reduce::Min ? 2 : 3; }  // dist::ReduceOp
 
-const char* reduce_name(Reduce r) { return r == Reduce::Sum ? "sum" : r == Reduce::Min ? "min" : "max"; }
-
 class Ctx final : public PartitionContext {
  public:
   Ctx(const Program& g, Partitioned& p, std::shared_ptr<const xs::Mesh> mesh, const PartitionOptions& o)
