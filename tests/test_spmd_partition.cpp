@@ -11,9 +11,12 @@
 #include <string>
 #include <vector>
 
+#include "axle/axle.h"
 #include "axle/xs.h"
+#include "backend/cpu/executable.h"
 #include "compiler/program.h"
 #include "core/tensor_impl.h"
+#include "dist/local_devices.h"
 #include "ops/op.h"
 #include "spmd/device_count.h"
 #include "spmd/partition.h"
@@ -119,6 +122,51 @@ int collective_ops(const Partitioned& p) {
   return count_local(p, OpKind::AllReduce) + count_local(p, OpKind::AllGather) + count_local(p, OpKind::ReduceScatter) +
          count_local(p, OpKind::AllToAll) + count_local(p, OpKind::CollectivePermute);
 }
+
+// The global program run on one device.
+std::vector<Tensor> run_single(const Program& g, const std::vector<Tensor>& in) {
+  return cpu::lower(g, kCPU)->run(in);
+}
+// The partitioned program run on its devices (one thread each), each with its shards of
+// the inputs; outputs assembled from every device's shard.
+std::vector<Tensor> run_spmd(const Partitioned& p, const Program& g, const std::vector<Tensor>& in) {
+  auto ex = cpu::lower(p.local, kCPU);
+  const int n = int(p.devices);
+  std::vector<std::vector<Tensor>> shards;
+  for (size_t i = 0; i < in.size(); ++i) shards.push_back(shard_host(in[i], p.inputs[i]));
+  std::vector<std::vector<Tensor>> outs(static_cast<size_t>(n));
+  dist::run_on_devices(
+      n,
+      [&](int d) {
+        std::vector<Tensor> x;
+        for (const auto& s : shards) x.push_back(s[size_t(d)].clone());
+        outs[size_t(d)] = ex->run(x);
+      },
+      1);
+  std::vector<Tensor> r;
+  for (size_t j = 0; j < g.outputs.size(); ++j) {
+    std::vector<Tensor> parts;
+    for (int d = 0; d < n; ++d) parts.push_back(outs[size_t(d)][j]);
+    const Ref o = g.outputs[j];
+    r.push_back(assemble_host(parts, p.outputs[j], g.nodes[size_t(o.node)].outs[size_t(o.index)].shape));
+  }
+  return r;
+}
+// Partitions b's program and checks every output equals the single-device run's (1e-5).
+Partitioned expect_same_values(Builder& b, const std::vector<Tensor>& in, std::vector<std::optional<Sharding>> pins = {}) {
+  Partitioned p = b.partition(pins);
+  const std::vector<Tensor> want = run_single(b.p, in), got = run_spmd(p, b.p, in);
+  EXPECT_EQ(want.size(), got.size());
+  for (size_t j = 0; j < want.size() && j < got.size(); ++j) {
+    EXPECT_EQ(want[j].shape(), got[j].shape()) << "output " << j;
+    const auto w = want[j].to_vector<float>(), g = got[j].to_vector<float>();
+    if (w.size() != g.size()) continue;  // the shapes differ: reported above
+    for (size_t k = 0; k < w.size(); ++k)
+      EXPECT_NEAR(g[k], w[k], 1e-5 * (1 + std::fabs(w[k]))) << "output " << j << " element " << k;
+  }
+  return p;
+}
+Tensor negative(const Shape& s) { return sub(neg(abs(randn(s))), 0.5); }  // all < 0
 
 }  // namespace
 
@@ -507,4 +555,90 @@ TEST(SpmdPartition, FullRematerializationWarns) {
   ASSERT_EQ(q.warnings.size(), 1u);
   EXPECT_NE(q.warnings[0].find("full rematerialization"), std::string::npos) << q.warnings[0];
   EXPECT_NE(explain_table(q, "g").find("warning: full rematerialization"), std::string::npos);
+}
+
+// ---- values: the partitioned program on 4 device threads equals one device
+
+TEST(SpmdValues, S5UnevenReductionsOnNegativeData) {
+  for (int64_t n : {4, 3}) {
+    auto m = make_mesh(n, {n}, {"data"});
+    Builder b;
+    Ref x = b.input({n + 1}, spec(m, {"data"}));  // every shard 2 long; the tail all padding
+    Ref cnt = b.input({}, repl(m));
+    b.out(b.sum(x, {0}));
+    b.out(b.op(OpKind::Div, {b.sum(x, {0}), cnt}));  // mean
+    b.out(b.amax(x, {0}));
+    b.out(b.sum(b.op(OpKind::Exp, {x}), {0}));  // exp(padding) = 1 where unmasked
+    b.out(b.op(OpKind::Amin, {b.op(OpKind::Neg, {x})}, ops::attr::Amin{.keepdim = false, .dims = {0}}.pack()));
+    Ref y = b.input({3, n + 1}, spec(m, {xs::None, "data"}));
+    b.out(b.op(OpKind::Softmax, {y}, ops::attr::Softmax{.dim = 1}.pack()));  // over the sharded last dim
+    b.out(b.sum(y, {1}));
+    expect_same_values(b, {negative({n + 1}), full({}, double(n + 1)), negative({3, n + 1})});
+  }
+}
+
+TEST(SpmdValues, S7DotRules) {
+  auto m = mesh4();
+  {  // (a) contracting-sharded, uneven K
+    Builder b;
+    Ref x = b.input({6, 7}, spec(m, {xs::None, "data"}));
+    Ref w = b.input({7, 5}, spec(m, {"data", xs::None}));
+    b.out(b.op(OpKind::Matmul, {x, w}));
+    expect_same_values(b, {randn({6, 7}), randn({7, 5})});
+  }
+  {  // (b) batch-sharded x, replicated w
+    Builder b;
+    Ref x = b.input({9, 7}, spec(m, {"data", xs::None}));
+    Ref w = b.input({7, 5}, repl(m));
+    b.out(b.op(OpKind::Matmul, {x, w}));
+    expect_same_values(b, {randn({9, 7}), randn({7, 5})});
+  }
+  {  // (c) Megatron MLP with biases
+    Builder b;
+    Ref x = b.input({8, 16}, repl(m));
+    Ref w1 = b.input({32, 16}, spec(m, {"data", xs::None}));
+    Ref b1 = b.input({32}, spec(m, {"data"}));
+    Ref w2 = b.input({16, 32}, spec(m, {xs::None, "data"}));
+    Ref b2 = b.input({16}, repl(m));
+    Ref h = b.op(OpKind::Relu, {b.op(OpKind::Linear, {x, w1, b1})});
+    b.out(b.op(OpKind::Linear, {h, w2, b2}));
+    Partitioned p = expect_same_values(b, {randn({8, 16}), randn({32, 16}), randn({32}), randn({16, 32}), randn({16})});
+    EXPECT_EQ(kinds(p)["all-reduce"], 1);
+  }
+  {  // (d) FSDP: weight gathered, the weight gradient reduce-scattered
+    auto f = make_mesh(4, {4}, {"fsdp"});
+    Builder b;
+    Ref x = b.input({8, 16}, spec(f, {"fsdp", xs::None}));
+    Ref w = b.input({32, 16}, spec(f, {"fsdp", xs::None}));
+    Ref g = b.input({8, 32}, spec(f, {"fsdp", xs::None}));
+    b.out(b.op(OpKind::Linear, {x, w}));
+    b.out(b.op(OpKind::Matmul, {b.permute(g, {1, 0}), x}));
+    Partitioned p = expect_same_values(b, {randn({8, 16}), randn({32, 16}), randn({8, 32})},
+                                       {spec(f, {"fsdp", xs::None}), spec(f, {"fsdp", xs::None})});
+    EXPECT_EQ(kinds(p)["all-gather"], 1);
+    EXPECT_EQ(kinds(p)["reduce-scatter"], 1);
+  }
+}
+
+TEST(SpmdValues, S8ReshardsKeepValues) {
+  auto m = make_mesh(4, {2, 2}, {"a", "b"});
+  auto one = [&](const Sharding& from, const Sharding& to, const Shape& s) {
+    Builder b;
+    Ref x = b.input(s, from);
+    b.out(b.constrain(b.op(OpKind::Exp, {x}), to));
+    return expect_same_values(b, {randn(s)});
+  };
+  const Shape s{6, 5};  // uneven on 4 and on 2
+  EXPECT_EQ(kinds(one(spec(m, {xs::axes("a", "b"), xs::None}), spec(m, {xs::None, xs::axes("a", "b")}), s))["all-to-all"], 1);
+  EXPECT_EQ(kinds(one(spec(m, {xs::axes("a", "b"), xs::None}), spec(m, {xs::axes("b", "a"), xs::None}), s))["collective-permute"], 1);
+  EXPECT_EQ(kinds(one(spec(m, {"a", "b"}), repl(m), s))["all-gather"], 2);
+  EXPECT_EQ(one(repl(m), spec(m, {"b", "a"}), s).collectives.size(), 0u);
+  EXPECT_EQ(kinds(one(spec(m, {"a", xs::None}), spec(m, {"a", "b"}), s)).size(), 0u);  // a local slice
+  EXPECT_EQ(one(spec(m, {"a", xs::None}), spec(m, {"b", "a"}), s).warnings.size(), 1u);
+  {  // partial -> tiled: reduce-scatter, uneven
+    Builder b;
+    Ref x = b.input({6, 5}, spec(m, {xs::axes("a", "b"), xs::None}));
+    b.out(b.constrain(b.sum(x, {0}), spec(m, {xs::axes("a", "b")})));
+    EXPECT_EQ(kinds(expect_same_values(b, {randn({6, 5})}))["reduce-scatter"], 1);
+  }
 }
