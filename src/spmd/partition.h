@@ -11,6 +11,7 @@
 // Device-dependent values never become constants: shard_slice and mask_padding ops read
 // the running device (dist::this_device()) at run time, so one program serves every device.
 #pragma once
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -37,6 +38,7 @@ struct Partitioned {
   std::vector<std::string> opaque_ops;   ///< op names replicated for lack of a rule, once each
   std::vector<std::string> warnings;     ///< full rematerialisations, with the value and shardings
   int64_t devices = 1;
+  std::shared_ptr<const xs::Mesh> mesh;  ///< the program's mesh (null: nothing is split)
 };
 
 struct PartitionOptions {

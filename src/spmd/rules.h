@@ -71,6 +71,9 @@ struct LocalValue {
   Sharding sharding;
   Shape global;
   DType dtype = DType::Float32;
+  /// For a Partial value: why it is partial ("dot: contracting dim 1 sharded on both
+  /// operands"); the note of the collective that later resolves it starts with this.
+  std::string origin;
   bool absent() const { return ref.node < 0; }
   Shape local_shape() const { return sharding.shard_shape(global); }
 };
@@ -171,6 +174,12 @@ Sharding with_partial(Sharding s, const std::vector<int>& axes, Reduce op);
 int64_t total_tiles(const Sharding& s);
 /// Whether dim d of a value with global size n is split unevenly by s (its last shards padded).
 bool has_padding(const Sharding& s, int d, int64_t n);
+/// XLA's ReshapeSharding (spec §2.3): the sharding of shape `to` that keeps every device's
+/// shard of `s` on shape `from` (size-1 dims added or removed, dims carried over, consecutive
+/// dims merged where only the major one is split evenly, a dim split into consecutive dims
+/// whose major one takes the split evenly, unsplit dims reshaped freely); nullopt if none.
+/// Partial axes are dropped.
+std::optional<Sharding> reshape_sharding(const Shape& from, const Shape& to, const Sharding& s);
 /// The name of a sharding for notes ("{devices=[4,1]0,1,2,3}", "partial(data) {replicated}").
 inline std::string sharding_text(const Sharding& s) { return s.str(); }
 
