@@ -597,6 +597,18 @@ std::vector<OpCase> build_table() {
   row({"embedding_int32_indices", {F({4, 2}), {.shape = {3}, .dtype = kInt32, .values = {2, 0, 2}}}, AX(embedding(x[0], x[1])),
        RF(ref::embedding(a[0], a[1]))});
 
+  // ---------------------------------------------------------------- collectives on a group of one
+  // The default group outside launch() has one rank: all_to_all and collective_permute are
+  // identities there (shape rules, kernels and vjps run). Several devices: test_spmd_comm.cpp.
+  row({"all_to_all_group_of_one", {F({2, 3, 4})},
+       AX(ops::call1(ops::OpKind::AllToAll, {x[0]}, ops::attr::AllToAll{.split_dim = 1, .concat_dim = 2, .group = 0,
+                                                                           .world = 1}.pack())),
+       RF(a[0])});
+  row({"collective_permute_group_of_one", {F({3, 2})},
+       AX(ops::call1(ops::OpKind::CollectivePermute, {x[0]},
+                     ops::attr::CollectivePermute{.group = 0, .source_of = {0}}.pack())),
+       RF(a[0])});
+
   // ---------------------------------------------------------------- large, odd-sized: the OpenMP paths
   // Each has an input above cpu::kParallelGrain elements (LargeRowsRunOnATeam checks it), in
   // odd sizes, so the split between threads has ragged ends; the non-contiguous runs also

@@ -1,7 +1,7 @@
-// Collective ops: all_reduce, all_gather, reduce_scatter, broadcast: shape rules, vjps and
-// the tensor-level API (axle/dist.h). Their cpu kernels (src/backend/cpu/kernels/collective.cpp)
-// call the process group named by the op's `group id` attribute. ops.def marks them
-// EFFECTS (ops::has_side_effects).
+// Collective ops: all_reduce, all_gather, reduce_scatter, broadcast, all_to_all,
+// collective_permute: shape rules, vjps and the tensor-level API (axle/dist.h). Their cpu
+// kernels (src/backend/cpu/kernels/collective.cpp) call the process group named by the op's
+// `group id` attribute. ops.def marks them EFFECTS (ops::has_side_effects) and S_COLLECTIVE.
 #include <cstring>
 
 #include "axle/dist.h"
@@ -112,6 +112,69 @@ Tensors broadcast_vjp(const VjpArgs& v) {
   return {where(full({}, 0.0, {.dtype = kBool}), s, zeros_like(v.in[0]))};
 }
 
+// ---- AllToAll ----
+std::vector<Meta> all_to_all_infer(const Tensors& in, const Attrs& a) {
+  AXLE_CHECK(in.size() == 1, "[all_to_all] expected one tensor, got ", in.size());
+  const auto at = attr::AllToAll::of(a);
+  check_defined(in[0], "all_to_all", "x");
+  check_dtype(in[0].dtype(), ReduceOp::Sum, "all_to_all");
+  const Shape& xs = in[0].shape();
+  const int64_t nd = int64_t(xs.size());
+  AXLE_CHECK(at.world >= 1, "[all_to_all] expected a world size >= 1, got ", at.world);
+  AXLE_CHECK(at.split_dim >= 0 && at.split_dim < nd && at.concat_dim >= 0 && at.concat_dim < nd,
+             "[all_to_all] expected split and concat dims in [0, ", nd, "), got ", at.split_dim, " and ", at.concat_dim,
+             " for shape ", shape_str(xs));
+  AXLE_CHECK(xs[size_t(at.split_dim)] % at.world == 0, "[all_to_all] expected split dim ", at.split_dim,
+             " divisible by the world size ", at.world, ", got shape ", shape_str(xs));
+  Shape s = xs;
+  s[size_t(at.split_dim)] /= at.world;
+  s[size_t(at.concat_dim)] *= at.world;
+  return {{s, in[0].dtype()}};
+}
+
+Tensors all_to_all_vjp(const VjpArgs& v) {
+  // Rank q's output chunk r came from rank r's input chunk q: the gradient goes back by the
+  // all-to-all with split and concat swapped.
+  attr::AllToAll at = attr::AllToAll::of(v.attrs);
+  std::swap(at.split_dim, at.concat_dim);
+  const Tensor g = v.grad[0].defined() ? v.grad[0] : zeros_like(v.out[0]);
+  return {call1(OpKind::AllToAll, {g}, at.pack())};
+}
+
+// ---- CollectivePermute ----
+void check_source_of(const std::vector<int64_t>& src) {
+  const int64_t n = int64_t(src.size());
+  AXLE_CHECK(n >= 1, "[collective_permute] expected one source rank per rank, got none");
+  std::vector<char> used(size_t(n), 0);
+  for (int64_t s : src) {
+    AXLE_CHECK(s >= -1 && s < n, "[collective_permute] expected source ranks in [-1, ", n, "), got ", s);
+    if (s < 0) continue;
+    AXLE_CHECK(!used[size_t(s)], "[collective_permute] expected each rank to be the source of at most one rank, rank ",
+               s, " is named twice");
+    used[size_t(s)] = 1;
+  }
+}
+
+std::vector<Meta> collective_permute_infer(const Tensors& in, const Attrs& a) {
+  AXLE_CHECK(in.size() == 1, "[collective_permute] expected one tensor, got ", in.size());
+  check_defined(in[0], "collective_permute", "x");
+  check_dtype(in[0].dtype(), ReduceOp::Sum, "collective_permute");
+  check_source_of(attr::CollectivePermute::of(a).source_of);
+  return {{in[0].shape(), in[0].dtype()}};
+}
+
+Tensors collective_permute_vjp(const VjpArgs& v) {
+  // Rank r's input went to the rank d with source_of[d] == r: the inverse permutation brings
+  // d's gradient back (zeros where no rank took r's input).
+  attr::CollectivePermute at = attr::CollectivePermute::of(v.attrs);
+  std::vector<int64_t> inverse(at.source_of.size(), -1);
+  for (size_t d = 0; d < at.source_of.size(); ++d)
+    if (at.source_of[d] >= 0) inverse[size_t(at.source_of[d])] = int64_t(d);
+  at.source_of = inverse;
+  const Tensor g = v.grad[0].defined() ? v.grad[0] : zeros_like(v.out[0]);
+  return {call1(OpKind::CollectivePermute, {g}, at.pack())};
+}
+
 }  // namespace
 
 void register_collective_ops() {
@@ -119,6 +182,8 @@ void register_collective_ops() {
   register_op(OpKind::AllGather, {.infer = all_gather_infer, .vjp = all_gather_vjp});
   register_op(OpKind::ReduceScatter, {.infer = reduce_scatter_infer, .vjp = reduce_scatter_vjp});
   register_op(OpKind::Broadcast, {.infer = broadcast_infer, .vjp = broadcast_vjp});
+  register_op(OpKind::AllToAll, {.infer = all_to_all_infer, .vjp = all_to_all_vjp});
+  register_op(OpKind::CollectivePermute, {.infer = collective_permute_infer, .vjp = collective_permute_vjp});
 }
 
 }  // namespace axle::ops

@@ -25,7 +25,7 @@ class CpuBackend final : public backend::Backend {
   const char* name() const override { return "cpu"; }
 
   Tensor allocate(const Shape& shape, DType dtype, Device device) override {
-    ChargeHostMemoryTo charge(device);
+    ChargeHostMemoryTo charge(charged_device(device));
     return make_tensor(shape, dtype);
   }
 

@@ -8,6 +8,7 @@
 #include "backend/cpu/backend.h"
 #include "backend/cpu/loops.h"
 #include "core/memory.h"
+#include "dist/local_devices.h"
 #include "ops/fused.h"
 #include "ops/kernels.h"
 
@@ -16,6 +17,11 @@ namespace axle::cpu {
 using compiler::PNode;
 using compiler::Program;
 using compiler::Ref;
+
+Device charged_device(Device device) {
+  const int k = dist::this_device();
+  return k >= 0 && device.is_xla() ? Device(DeviceType::XLA, k) : device;
+}
 
 std::shared_ptr<const Executable> lower(const Program& p, Device device) {
   auto ex = std::make_shared<Executable>();
@@ -70,7 +76,8 @@ std::shared_ptr<const Executable> lower(const Program& p, Device device) {
 
 std::vector<Tensor> Executable::run(std::vector<Tensor> inputs) const {
   NoGradGuard no_grad;
-  ChargeHostMemoryTo charge(device_);  // every buffer made here is the device's
+  // Every buffer made here is the device's; on SPMD device thread k, virtual device xla:k's.
+  ChargeHostMemoryTo charge(charged_device(device_));
   std::vector<Tensor> slots(static_cast<size_t>(num_slots_));
   for (size_t i = 0; i < input_slots_.size(); ++i)
     if (input_slots_[i] >= 0) slots[size_t(input_slots_[i])] = std::move(inputs[i]);

@@ -10,10 +10,14 @@
 
 namespace axle::cpu {
 
+/// The device a cpu buffer made for `device` is charged to: on an SPMD device thread k
+/// (dist::this_device() == k) an xla device's buffers are virtual device xla:k's.
+Device charged_device(Device device);
+
 class Executable final : public backend::Executable {
  public:
   /// Runs on the program's inputs (dense cpu buffers, in Program input order);
-  /// returns one dense buffer per program output, charged to device().
+  /// returns one dense buffer per program output, charged to charged_device(device()).
   /// Inputs nobody else holds may be overwritten (donated).
   std::vector<Tensor> run(std::vector<Tensor> inputs) const;
   size_t num_steps() const { return steps_.size(); }
