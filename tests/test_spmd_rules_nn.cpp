@@ -1,10 +1,13 @@
 // The SPMD partitioner's device ops (src/ops/spmd.h: sharding_constraint, shard_slice,
 // mask_padding) on every device of dist::run_on_devices, uneven shards and infinite fills
-// included, and their attribute encoders (src/spmd/device_ops.h).
+// included, and their attribute encoders (src/spmd/device_ops.h); then the nn ops' rules
+// (src/spmd/rules_nn.cpp: conv, pooling, along-dim ops, nll_loss) and BatchNorm's global
+// statistics, each partitioned program run on its devices against one device.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <limits>
+#include <random>
 #include <vector>
 
 #include "axle/axle.h"
@@ -13,7 +16,9 @@
 #include "lazy/graph.h"
 #include "lazy/ir.h"
 #include "ops/spmd.h"
+#include "spmd/device_count.h"
 #include "spmd/device_ops.h"
+#include "spmd/sharding.h"
 #include "test_util.h"
 
 namespace {
@@ -170,6 +175,79 @@ TEST(SpmdDeviceOps, DeviceOpsAreNeverConstantFolded) {
   EXPECT_EQ(p.nodes[2].kind, compiler::NodeKind::Op) << p.text();
 }
 
+// ---- the encoders: a Sharding's tile tables
+std::shared_ptr<const xs::Mesh> mesh_of(int64_t n, std::vector<int64_t> shape, std::vector<std::string> names) {
+  setenv("AXLE_CPU_DEVICES", std::to_string(n).c_str(), 1);
+  spmd::reset_device_count();
+  std::vector<int64_t> ids(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) ids[size_t(i)] = i;
+  return std::make_shared<const xs::Mesh>(ids, shape, names);
+}
+
+TEST(SpmdDeviceOps, ShardSliceAttrsGiveEachDeviceItsHostShard) {
+  // Every device's shard_slice equals spmd::shard_host's shard for that device, padding
+  // included: a 2x2 mesh (tiled both ways, partially replicated, both axes on one dim, the
+  // device order reversed) and an uneven 1-D mesh of 3.
+  const Tensor x = arange_f(35, 1).reshape({5, 7});
+  auto m22 = mesh_of(4, {2, 2}, {"a", "b"});
+  auto rev = std::make_shared<const xs::Mesh>(std::vector<int64_t>{3, 2, 1, 0}, std::vector<int64_t>{2, 2},
+                                              std::vector<std::string>{"a", "b"});
+  std::vector<spmd::Sharding> cases = {
+      spmd::Sharding::from_spec(*m22, {"a", "b"}, 2, "test"), spmd::Sharding::from_spec(*m22, {"b", xs::None}, 2, "test"),
+      spmd::Sharding::from_spec(*m22, {xs::None, xs::axes("a", "b")}, 2, "test"),
+      spmd::Sharding::from_spec(*rev, {"b", "a"}, 2, "test"), spmd::Sharding::replicated(m22)};
+  for (const spmd::Sharding& s : cases) {
+    const std::vector<Tensor> want = spmd::shard_host(x, s);
+    const ops::Attrs a = spmd::shard_slice_attrs(s, x.shape());
+    const std::vector<Tensor> got = per_device(4, [&](int) { return ops::shard_slice(x, ops::attr::ShardSlice::of(a).layout); });
+    for (int d = 0; d < 4; ++d) {
+      ASSERT_EQ(got[size_t(d)].shape(), want[size_t(d)].shape()) << s.str() << " device " << d;
+      EXPECT_EQ(got[size_t(d)].contiguous().to_vector<float>(), want[size_t(d)].contiguous().to_vector<float>())
+          << s.str() << " device " << d;
+    }
+  }
+  auto m3 = mesh_of(3, {3}, {"data"});
+  const spmd::Sharding s3 = spmd::Sharding::from_spec(*m3, {xs::None, "data"}, 2, "test");
+  const std::vector<Tensor> want = spmd::shard_host(x, s3);
+  const ops::Attrs a = spmd::shard_slice_attrs(s3, x.shape());
+  const std::vector<Tensor> got = per_device(3, [&](int) { return ops::shard_slice(x, ops::attr::ShardSlice::of(a).layout); });
+  for (int d = 0; d < 3; ++d)
+    EXPECT_EQ(got[size_t(d)].contiguous().to_vector<float>(), want[size_t(d)].contiguous().to_vector<float>()) << d;
+  unsetenv("AXLE_CPU_DEVICES");
+  spmd::reset_device_count();
+}
+
+TEST(SpmdDeviceOps, MaskPaddingAttrsMaskExactlyThePadding) {
+  // (5, 7) tiled (2, 2) reversed: on each device, after masking both dims with -inf, the
+  // elements that are not -inf are exactly the ones of x in its shard.
+  const Tensor x = arange_f(35, 1).reshape({5, 7});
+  mesh_of(4, {4}, {"data"});  // the device count
+  auto rev = std::make_shared<const xs::Mesh>(std::vector<int64_t>{3, 2, 1, 0}, std::vector<int64_t>{2, 2},
+                                              std::vector<std::string>{"a", "b"});
+  const spmd::Sharding s = spmd::Sharding::from_spec(*rev, {"a", "b"}, 2, "test");
+  const std::vector<Tensor> shards = spmd::shard_host(x, s);
+  const ops::Attrs a0 = spmd::mask_padding_attrs(s, 0, 5, -kInf), a1 = spmd::mask_padding_attrs(s, 1, 7, -kInf);
+  const std::vector<Tensor> got = per_device(4, [&](int d) {
+    const ops::attr::MaskPadding p0 = ops::attr::MaskPadding::of(a0), p1 = ops::attr::MaskPadding::of(a1);
+    return ops::mask_padding(ops::mask_padding(shards[size_t(d)], p0.dim, p0.global_size, p0.fill, p0.layout), p1.dim,
+                             p1.global_size, p1.fill, p1.layout);
+  });
+  for (int d = 0; d < 4; ++d) {
+    const std::vector<float> g = got[size_t(d)].contiguous().to_vector<float>();
+    int64_t kept = 0;
+    for (float v : g) kept += std::isfinite(v) ? 1 : 0;
+    int64_t want = 1;
+    for (int k = 0; k < 2; ++k) {
+      const xs::Slice r = s.range(k, d, x.shape()[size_t(k)]);
+      want *= r.stop - r.start;
+    }
+    EXPECT_EQ(kept, want) << "device " << d;
+    for (float v : g) EXPECT_TRUE(!std::isfinite(v) || v >= 1) << "device " << d;  // no zero padding survives
+  }
+  unsetenv("AXLE_CPU_DEVICES");
+  spmd::reset_device_count();
+}
+
 // ---- sharding_constraint
 TEST(SpmdDeviceOps, ShardingConstraintIsTheIdentityAndConstrainsTheGradientOnRequest) {
   const std::vector<int64_t> enc{7, 1, 2};  // opaque to the ops layer
@@ -195,3 +273,4 @@ TEST(SpmdDeviceOps, ShardingConstraintIsTheIdentityAndConstrainsTheGradientOnReq
 }
 
 }  // namespace
+
