@@ -11,6 +11,7 @@
 
 #include "axle/error.h"
 #include "dist/local_devices.h"
+#include "spmd/device_ops.h"
 #include "spmd/partition.h"
 #include "spmd/rules.h"
 
@@ -106,9 +107,7 @@ class Ctx final : public PartitionContext {
   LocalValue mask_padding(const LocalValue& v, int dim, double fill) override {
     const int64_t n = v.global[size_t(dim)];
     if (!has_padding(v.sharding, dim, n)) return v;
-    std::vector<int64_t> layout;
-    for (int64_t d = 0; d < devices(); ++d) layout.push_back(v.sharding.tile_index(dim, d));
-    const ops::Attrs a = ops::attr::MaskPadding{.dim = dim, .global_size = n, .fill = fill, .layout = layout}.pack();
+    const ops::Attrs a = mask_padding_attrs(v.sharding, dim, n, fill);
     LocalValue r = v;
     r.ref = emit(OpKind::MaskPadding, {v.ref}, a, {})[0];
     origin_[key(r.ref)] = global_of(v.ref);
@@ -288,17 +287,14 @@ class Ctx final : public PartitionContext {
     return r;
   }
 
-  // Slices dims `dims` of v (unsplit in v) to their tiles under `to` on the running device.
+  // Slices dims `dims` of v (unsplit in v) to their tiles under `to` on the running device:
+  // shard_slice of v's local value as if it were global, split only on those dims.
   LocalValue shard_slice(const LocalValue& v, const std::vector<int>& dims, const Sharding& to) {
     const size_t rank = v.global.size();
-    std::vector<int64_t> layout{int64_t(rank)};
-    for (size_t d = 0; d < rank; ++d)
-      layout.push_back(std::count(dims.begin(), dims.end(), int(d)) ? to.tiles(int(d)) : 1);
-    for (int64_t dev = 0; dev < devices(); ++dev)
-      for (size_t d = 0; d < rank; ++d)
-        layout.push_back(std::count(dims.begin(), dims.end(), int(d)) ? to.tile_index(int(d), dev) : 0);
+    std::vector<std::vector<int>> da(rank);
+    for (int d : dims) da[size_t(d)] = dim_axes_of(to, rank)[size_t(d)];
     LocalValue r = v;
-    r.ref = emit(OpKind::ShardSlice, {v.ref}, ops::attr::ShardSlice{.layout = layout}.pack(), {})[0];
+    r.ref = emit(OpKind::ShardSlice, {v.ref}, shard_slice_attrs(make_sharding(mesh_, da), local_meta(v.ref).shape), {})[0];
     keep_origin(r.ref, v.ref);
     return r;
   }
@@ -331,7 +327,6 @@ class Ctx final : public PartitionContext {
                 ops::attr::SliceBackward{.dim = d, .start = 0, .end = have, .step = 1, .input_shape = s}.pack(), {})[0];
   }
 
-  int64_t devices() const { return mesh_->size(); }
   int64_t local_bytes(const LocalValue& v) const {
     return numel_of(local_meta(v.ref).shape) * int64_t(itemsize(local_meta(v.ref).dtype));
   }
