@@ -521,6 +521,21 @@ TEST(SpmdPartition, MeanOfAShardedDimDividesByTheGlobalCount) {
   EXPECT_EQ(p.collectives.size(), 1u);
 }
 
+TEST(SpmdPartition, APartialValueIsReducedOnceForAllItsUses) {
+  // A gradient that is both an output and used by the update: one all-reduce.
+  auto m = mesh4();
+  Builder b;
+  Ref x = b.input({8, 6}, spec(m, {"data", xs::None}));
+  Ref w = b.input({6}, repl(m));
+  Ref g = b.sum(x, {0});
+  b.out(g);
+  b.out(b.op(OpKind::Sub, {w, g}));
+  b.out(b.op(OpKind::Add, {w, g}));
+  Partitioned p = b.partition();
+  EXPECT_EQ(p.collectives.size(), 1u);
+  EXPECT_EQ(count_local(p, OpKind::AllReduce), 1);
+}
+
 // ---- opaque fallback
 
 TEST(SpmdPartition, OpsWithoutARuleAreReplicatedAndListedOnce) {

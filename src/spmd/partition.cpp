@@ -8,6 +8,7 @@
 #include <numeric>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include "axle/error.h"
 #include "dist/local_devices.h"
@@ -114,10 +115,21 @@ class Ctx final : public PartitionContext {
     return r;
   }
 
+  // Each (value, target) is resharded once: later uses take the first result (a gradient
+  // that is both an output and an operand is all-reduced once).
   LocalValue reshard(const LocalValue& v, const Sharding& to_in, const std::string& rule) override {
     Sharding to = to_in;
     if (!to.mesh) to.mesh = mesh_;
     if (v.sharding == to) return v;
+    auto& done = reshards_[key(v.ref)];
+    for (const auto& [from, target, r] : done)
+      if (from == v.sharding && target == to) return r;
+    LocalValue r = reshard_uncached(v, to, rule);
+    reshards_[key(v.ref)].push_back({v.sharding, to, r});
+    return r;
+  }
+
+  LocalValue reshard_uncached(const LocalValue& v, const Sharding& to, const std::string& rule) {
     AXLE_CHECK(!to.is_partial(), "[spmd] internal: cannot reshard ", v.sharding.str(), " to the partial ", to.str());
     const std::string why = v.sharding.is_partial() && !v.origin.empty() ? v.origin + "; for " + rule : rule;
     const size_t rank = v.global.size();
@@ -352,6 +364,7 @@ class Ctx final : public PartitionContext {
   const PartitionOptions& o_;
   int cur_ = -1;
   std::map<int64_t, Ref> origin_;
+  std::map<int64_t, std::vector<std::tuple<Sharding, Sharding, LocalValue>>> reshards_;  // by key(ref)
 };
 
 }  // namespace
@@ -437,7 +450,7 @@ std::string human_bytes(int64_t b) {
   std::ostringstream os;
   os.setf(std::ios::fixed);
   if (b < 1000) os << b << " B";
-  else if (b < 1000 * 1000) os.precision(0), os << double(b) / 1e3 << " KB";
+  else if (b < 1000 * 1000) os.precision(1), os << double(b) / 1e3 << " KB";
   else os.precision(2), os << double(b) / 1e6 << " MB";
   return os.str();
 }
