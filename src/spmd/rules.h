@@ -120,7 +120,8 @@ class PartitionContext {
   /// or an input's label).
   virtual std::string value_text(compiler::Ref r) const = 0;
 
-  /// The local metadata of a local reference (recorded when it was emitted).
+  /// The local metadata of a local reference (recorded when it was emitted); the reference
+  /// returned is valid until the next emit.
   virtual const ops::Meta& local_meta(compiler::Ref r) const = 0;
 };
 
