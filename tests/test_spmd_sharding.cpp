@@ -449,6 +449,15 @@ TEST(SpmdSharding, UnevenMatrixRoundTrips) {
   EXPECT_EQ(shards[3].shape(), (axle::Shape{3, 4}));
   // device 3 holds rows 3..4 and cols 4..6, then a zero column and a zero row
   EXPECT_EQ(values(shards[3]), (std::vector<float>{-26, -27, -28, 0, -33, -34, -35, 0, 0, 0, 0, 0}));
+  // a scalar (spec {}) and an empty tensor round-trip too
+  auto scalar = spmd::Sharding::from_spec(m, {}, 0, "test");
+  auto ss = spmd::shard_host(axle::scalar_tensor(-7), scalar);
+  ASSERT_EQ(ss.size(), 4u);
+  EXPECT_EQ(values(ss[3]), std::vector<float>{-7});
+  EXPECT_EQ(values(spmd::assemble_host(ss, scalar, {})), std::vector<float>{-7});
+  auto es = spmd::shard_host(axle::zeros({0, 7}), s);
+  EXPECT_EQ(es[0].shape(), (axle::Shape{0, 4}));
+  EXPECT_EQ(spmd::assemble_host(es, s, {0, 7}).shape(), (axle::Shape{0, 7}));
   // other dtypes take the same path
   Tensor ints = axle::arange(1, 36).reshape({5, 7});
   auto is = spmd::shard_host(ints, s);
