@@ -12,158 +12,35 @@
 #include <vector>
 
 #include "axle/axle.h"
-#include "axle/xs.h"
-#include "backend/cpu/executable.h"
-#include "compiler/program.h"
-#include "core/tensor_impl.h"
-#include "dist/local_devices.h"
-#include "ops/op.h"
-#include "spmd/device_count.h"
 #include "spmd/partition.h"
 #include "spmd/rules.h"
-#include "spmd/sharding.h"
+#include "spmd_harness.h"
 
 using namespace axle;
 using namespace axle::spmd;
-using compiler::NodeKind;
-using compiler::PNode;
-using compiler::Program;
-using compiler::Ref;
-using ops::OpKind;
 
 namespace {
 
-// A mesh over n devices (the device count set to n for it).
-std::shared_ptr<const xs::Mesh> make_mesh(int64_t n, std::vector<int64_t> shape, std::vector<std::string> names) {
-  setenv("AXLE_CPU_DEVICES", std::to_string(n).c_str(), 1);
-  reset_device_count();
-  std::vector<int64_t> ids(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) ids[size_t(i)] = i;
-  return std::make_shared<const xs::Mesh>(ids, shape, names);
-}
-std::shared_ptr<const xs::Mesh> mesh4() { return make_mesh(4, {4}, {"data"}); }
+using namespace axle::spmd_test;
 
-Sharding spec(const std::shared_ptr<const xs::Mesh>& m, const xs::PartitionSpec& s) {
-  return Sharding::from_spec(*m, s, int64_t(s.size()), "test");
-}
-Sharding repl(const std::shared_ptr<const xs::Mesh>& m) { return Sharding::replicated(m); }
+std::shared_ptr<const xs::Mesh> mesh4() { return mesh1d(4); }
 
-Tensor meta_tensor(const ops::Meta& m) {
-  auto impl = std::make_shared<TensorImpl>();
-  impl->dtype = m.dtype;
-  impl->device = Device(DeviceType::XLA, 0);
-  impl->shape = m.shape;
-  impl->strides = contiguous_strides(m.shape);
-  impl->refresh();
-  return Tensor(std::move(impl));
+Ref reshape(Builder& b, Ref x, Shape s) { return b.op(OpKind::Reshape, {x}, ops::attr::Reshape{.shape = s}.pack()); }
+Ref permute(Builder& b, Ref x, Shape d) { return b.op(OpKind::Permute, {x}, ops::attr::Permute{.dims = d}.pack()); }
+Ref sum(Builder& b, Ref x, Shape dims, bool keepdim = false) {
+  return b.op(OpKind::Sum, {x}, ops::attr::Sum{.keepdim = keepdim, .dims = dims}.pack());
+}
+Ref amax(Builder& b, Ref x, Shape dims) {
+  return b.op(OpKind::Amax, {x}, ops::attr::Amax{.keepdim = false, .dims = dims}.pack());
 }
 
-// Builds a global Program; each op's outputs come from its shape rule.
-struct Builder {
-  Program p;
-  std::vector<Sharding> shardings;
-  std::vector<std::string> labels;
-  Ref input(const Shape& s, const Sharding& sh, const std::string& label = "") {
-    PNode n;
-    n.kind = NodeKind::Data;
-    n.input = p.num_inputs++;
-    n.outs = {{s, kFloat32}};
-    p.nodes.push_back(n);
-    shardings.push_back(sh);
-    labels.push_back(label);
-    return {int(p.nodes.size()) - 1, 0};
-  }
-  Ref op(OpKind k, std::vector<Ref> in, ops::Attrs a = {}) {
-    PNode n;
-    n.kind = NodeKind::Op;
-    n.op = k;
-    n.attrs = a;
-    n.operands = in;
-    ops::Tensors t;
-    for (const Ref& r : in) t.push_back(r.node < 0 ? Tensor() : meta_tensor(p.nodes[size_t(r.node)].outs[size_t(r.index)]));
-    n.outs = ops::op_def(k).infer(t, a);
-    p.nodes.push_back(n);
-    return {int(p.nodes.size()) - 1, 0};
-  }
-  Ref constrain(Ref x, const Sharding& s) {
-    std::vector<int64_t> enc;
-    encode(s, enc);
-    return op(OpKind::ShardingConstraint, {x}, ops::attr::ShardingConstraint{.on_grad = false, .sharding = enc}.pack());
-  }
-  Ref reshape(Ref x, Shape s) { return op(OpKind::Reshape, {x}, ops::attr::Reshape{.shape = s}.pack()); }
-  Ref permute(Ref x, Shape d) { return op(OpKind::Permute, {x}, ops::attr::Permute{.dims = d}.pack()); }
-  Ref sum(Ref x, Shape dims, bool keepdim = false) {
-    return op(OpKind::Sum, {x}, ops::attr::Sum{.keepdim = keepdim, .dims = dims}.pack());
-  }
-  Ref amax(Ref x, Shape dims) { return op(OpKind::Amax, {x}, ops::attr::Amax{.keepdim = false, .dims = dims}.pack()); }
-  void out(Ref r) { p.outputs.push_back(r); }
-  Partitioned partition(std::vector<std::optional<Sharding>> pins = {}) {
-    p.name = "test";
-    p.verify("built by the test");
-    PartitionOptions o;
-    o.output_pins = pins;
-    o.input_labels = labels;
-    return spmd::partition(p, shardings, o);
-  }
-};
-
-// Collectives by kind.
-std::map<std::string, int> kinds(const Partitioned& p) {
-  std::map<std::string, int> k;
-  for (const CollectiveNote& c : p.collectives) ++k[c.kind];
-  return k;
-}
-int count_local(const Partitioned& p, OpKind k) {
-  int c = 0;
-  for (const PNode& n : p.local.nodes) c += !n.dead && n.kind == NodeKind::Op && n.op == k;
-  return c;
-}
-int collective_ops(const Partitioned& p) {
-  return count_local(p, OpKind::AllReduce) + count_local(p, OpKind::AllGather) + count_local(p, OpKind::ReduceScatter) +
-         count_local(p, OpKind::AllToAll) + count_local(p, OpKind::CollectivePermute);
-}
-
-// The global program run on one device.
-std::vector<Tensor> run_single(const Program& g, const std::vector<Tensor>& in) {
-  return cpu::lower(g, kCPU)->run(in);
-}
-// The partitioned program run on its devices (one thread each), each with its shards of
-// the inputs; outputs assembled from every device's shard.
-std::vector<Tensor> run_spmd(const Partitioned& p, const Program& g, const std::vector<Tensor>& in) {
-  auto ex = cpu::lower(p.local, kCPU);
-  const int n = int(p.devices);
-  std::vector<std::vector<Tensor>> shards;
-  for (size_t i = 0; i < in.size(); ++i) shards.push_back(shard_host(in[i], p.inputs[i]));
-  std::vector<std::vector<Tensor>> outs(static_cast<size_t>(n));
-  dist::run_on_devices(
-      n,
-      [&](int d) {
-        std::vector<Tensor> x;
-        for (const auto& s : shards) x.push_back(s[size_t(d)].clone());
-        outs[size_t(d)] = ex->run(x);
-      },
-      1);
-  std::vector<Tensor> r;
-  for (size_t j = 0; j < g.outputs.size(); ++j) {
-    std::vector<Tensor> parts;
-    for (int d = 0; d < n; ++d) parts.push_back(outs[size_t(d)][j]);
-    const Ref o = g.outputs[j];
-    r.push_back(assemble_host(parts, p.outputs[j], g.nodes[size_t(o.node)].outs[size_t(o.index)].shape));
-  }
-  return r;
-}
-// Partitions b's program and checks every output equals the single-device run's (1e-5).
+// Partitions b's program, runs it on its device threads and checks every output equals
+// the single-device run's (within 1e-5 relative).
 Partitioned expect_same_values(Builder& b, const std::vector<Tensor>& in, std::vector<std::optional<Sharding>> pins = {}) {
   Partitioned p = b.partition(pins);
-  const std::vector<Tensor> want = run_single(b.p, in), got = run_spmd(p, b.p, in);
+  const std::vector<Tensor> want = run_global(b.p, in), got = run_partitioned(p, b.p, in);
   EXPECT_EQ(want.size(), got.size());
-  for (size_t j = 0; j < want.size() && j < got.size(); ++j) {
-    EXPECT_EQ(want[j].shape(), got[j].shape()) << "output " << j;
-    const auto w = want[j].to_vector<float>(), g = got[j].to_vector<float>();
-    if (w.size() != g.size()) continue;  // the shapes differ: reported above
-    for (size_t k = 0; k < w.size(); ++k)
-      EXPECT_NEAR(g[k], w[k], 1e-5 * (1 + std::fabs(w[k]))) << "output " << j << " element " << k;
-  }
+  for (size_t j = 0; j < want.size() && j < got.size(); ++j) EXPECT_LE(max_rel_diff(got[j], want[j]), 1e-5) << "output " << j;
   return p;
 }
 Tensor negative(const Shape& s) { return sub(neg(abs(randn(s))), 0.5); }  // all < 0
@@ -178,7 +55,7 @@ TEST(SpmdPropagate, ForwardFromAShardedInput) {
   Ref x = b.input({8, 6}, spec(m, {"data", xs::None}));
   Ref w = b.input({6}, repl(m));
   Ref y = b.op(OpKind::Relu, {b.op(OpKind::Add, {x, w})});
-  Ref s = b.sum(y, {1});
+  Ref s = sum(b, y, {1});
   b.out(s);
   auto sh = propagate(b.p, b.shardings);
   EXPECT_EQ(sh[size_t(y.node)][0].str(), "{devices=[4,1]0,1,2,3}");
@@ -191,7 +68,7 @@ TEST(SpmdPropagate, BackwardFromAConstraint) {
   Builder b;
   Ref x = b.input({8, 6}, repl(m));
   Ref e = b.op(OpKind::Exp, {x});
-  Ref t = b.permute(e, {1, 0});
+  Ref t = permute(b, e, {1, 0});
   Ref r = b.op(OpKind::Relu, {t});
   Ref c = b.constrain(r, spec(m, {xs::None, "data"}));
   b.out(b.op(OpKind::Neg, {c}));
@@ -256,7 +133,7 @@ TEST(SpmdPartition, S6ElementwiseAndTransposeNeedNoCollectives) {
   Ref w = b.input({6}, repl(m));
   Ref y = b.op(OpKind::Mul, {x, w});
   b.out(y);
-  b.out(b.permute(y, {1, 0}));
+  b.out(permute(b, y, {1, 0}));
   Partitioned p = b.partition();
   EXPECT_EQ(p.collectives.size(), 0u);
   EXPECT_EQ(collective_ops(p), 0);
@@ -271,9 +148,9 @@ TEST(SpmdPartition, S6ReshapeOfABatchShardedImageKeepsTheBatch) {
   auto m = mesh4();
   Builder b;
   Ref x = b.input({8, 3, 4, 5}, spec(m, {"data", xs::None, xs::None, xs::None}));
-  Ref f = b.reshape(x, {8, 60});        // (B, C, H, W) -> (B, CHW)
-  Ref u = b.reshape(f, {8, 1, 60});     // unsqueeze
-  Ref s = b.reshape(u, {8, 60});        // squeeze
+  Ref f = reshape(b, x, {8, 60});        // (B, C, H, W) -> (B, CHW)
+  Ref u = reshape(b, f, {8, 1, 60});     // unsqueeze
+  Ref s = reshape(b, u, {8, 60});        // squeeze
   b.out(f);
   b.out(u);
   b.out(s);
@@ -289,8 +166,8 @@ TEST(SpmdPartition, S6ReshapeOfABatchShardedImageKeepsTheBatch) {
 TEST(SpmdPartition, S6ReshapeMergingAShardedMinorDimReshardsOnce) {
   auto m = mesh4();
   Builder b;
-  Ref x = b.input({2, 8}, spec(m, {xs::None, "data"}), "x");
-  b.out(b.reshape(x, {16}));
+  Ref x = b.input({2, 8}, spec(m, {xs::None, "data"}), kFloat32, "x");
+  b.out(reshape(b, x, {16}));
   Partitioned p = b.partition();
   ASSERT_EQ(p.collectives.size(), 1u);
   EXPECT_EQ(p.collectives[0].kind, "all-gather");
@@ -356,8 +233,8 @@ TEST(SpmdPartition, S7cMegatronMlpIsOneAllReducePerForward) {
 TEST(SpmdPartition, S7dFsdpGathersTheWeightOnce) {
   auto m = make_mesh(4, {4}, {"fsdp"});
   Builder b;
-  Ref x = b.input({8, 16}, spec(m, {"fsdp", xs::None}), "x");
-  Ref w = b.input({32, 16}, spec(m, {"fsdp", xs::None}), "w");
+  Ref x = b.input({8, 16}, spec(m, {"fsdp", xs::None}), kFloat32, "x");
+  Ref w = b.input({32, 16}, spec(m, {"fsdp", xs::None}), kFloat32, "w");
   b.out(b.op(OpKind::Linear, {x, w}));
   Partitioned p = b.partition({spec(m, {"fsdp", xs::None})});
   auto k = kinds(p);
@@ -372,10 +249,10 @@ TEST(SpmdPartition, S7dFsdpGathersTheWeightOnce) {
 TEST(SpmdPartition, S7dFsdpWeightGradientIsReduceScattered) {
   auto m = make_mesh(4, {4}, {"fsdp"});
   Builder b;
-  Ref x = b.input({8, 16}, spec(m, {"fsdp", xs::None}), "x");
-  Ref g = b.input({8, 32}, spec(m, {"fsdp", xs::None}), "grad");
+  Ref x = b.input({8, 16}, spec(m, {"fsdp", xs::None}), kFloat32, "x");
+  Ref g = b.input({8, 32}, spec(m, {"fsdp", xs::None}), kFloat32, "grad");
   // dW = g^T @ x contracts the batch, sharded on both: Partial, then the weight's sharding.
-  Ref dw = b.op(OpKind::Matmul, {b.permute(g, {1, 0}), x});
+  Ref dw = b.op(OpKind::Matmul, {permute(b, g, {1, 0}), x});
   b.out(dw);
   Partitioned p = b.partition({spec(m, {"fsdp", xs::None})});
   auto k = kinds(p);
@@ -456,7 +333,7 @@ TEST(SpmdPartition, S8PartialToTiledIsAReduceScatter) {
   auto m = mesh4();
   Builder b;
   Ref x = b.input({8, 6}, spec(m, {"data", xs::None}));
-  Ref s = b.sum(x, {0});  // [6], partial over data
+  Ref s = sum(b, x, {0});  // [6], partial over data
   b.out(b.constrain(s, spec(m, {"data"})));
   Partitioned p = b.partition();
   EXPECT_EQ(kinds(p)["reduce-scatter"], 1);
@@ -472,9 +349,9 @@ TEST(SpmdPartition, UnevenReductionsMaskPaddingWithTheIdentity) {
   auto m = mesh4();
   Builder b;
   Ref x = b.input({5, 3}, spec(m, {"data", xs::None}));  // 5 rows on 4 devices: 2 each, padded
-  b.out(b.sum(x, {0}));
-  b.out(b.amax(x, {0}));
-  b.out(b.sum(x, {1}));  // not over the sharded dim: no mask
+  b.out(sum(b, x, {0}));
+  b.out(amax(b, x, {0}));
+  b.out(sum(b, x, {1}));  // not over the sharded dim: no mask
   Partitioned p = b.partition();
   std::vector<double> fills;
   for (const PNode& n : p.local.nodes)
@@ -491,7 +368,7 @@ TEST(SpmdPartition, EvenReductionsNeedNoMask) {
   auto m = mesh4();
   Builder b;
   Ref x = b.input({8, 3}, spec(m, {"data", xs::None}));
-  b.out(b.sum(x, {0}));
+  b.out(sum(b, x, {0}));
   Partitioned p = b.partition();
   EXPECT_EQ(count_local(p, OpKind::MaskPadding), 0);
   EXPECT_EQ(kinds(p)["all-reduce"], 1);
@@ -515,7 +392,7 @@ TEST(SpmdPartition, MeanOfAShardedDimDividesByTheGlobalCount) {
   Builder b;
   Ref x = b.input({6}, spec(m, {"data"}));
   Ref n = b.input({}, repl(m));
-  b.out(b.op(OpKind::Div, {b.sum(x, {0}), n}));
+  b.out(b.op(OpKind::Div, {sum(b, x, {0}), n}));
   Partitioned p = b.partition();
   EXPECT_EQ(kinds(p)["all-reduce"], 1);
   EXPECT_EQ(p.collectives.size(), 1u);
@@ -527,7 +404,7 @@ TEST(SpmdPartition, APartialValueIsReducedOnceForAllItsUses) {
   Builder b;
   Ref x = b.input({8, 6}, spec(m, {"data", xs::None}));
   Ref w = b.input({6}, repl(m));
-  Ref g = b.sum(x, {0});
+  Ref g = sum(b, x, {0});
   b.out(g);
   b.out(b.op(OpKind::Sub, {w, g}));
   b.out(b.op(OpKind::Add, {w, g}));
@@ -556,7 +433,7 @@ TEST(SpmdPartition, OpsWithoutARuleAreReplicatedAndListedOnce) {
 TEST(SpmdPartition, FullRematerializationWarns) {
   auto m = make_mesh(4, {2, 2}, {"a", "b"});
   Builder b;
-  Ref x = b.input({8, 8}, spec(m, {"a", "b"}), "x");
+  Ref x = b.input({8, 8}, spec(m, {"a", "b"}), kFloat32, "x");
   // dims (a, b) -> (b, a): no single collective does it.
   b.out(b.constrain(b.op(OpKind::Exp, {x}), spec(m, {"b", "a"})));
   Partitioned p = b.partition();
@@ -564,7 +441,7 @@ TEST(SpmdPartition, FullRematerializationWarns) {
   EXPECT_EQ(kinds(p)["collective-permute"], 1);
   EXPECT_TRUE(p.warnings.empty());
   Builder c;
-  Ref y = c.input({8, 8}, spec(m, {"a", xs::None}), "y");
+  Ref y = c.input({8, 8}, spec(m, {"a", xs::None}), kFloat32, "y");
   c.out(c.constrain(c.op(OpKind::Exp, {y}), spec(m, {"b", "a"})));
   Partitioned q = c.partition();
   ASSERT_EQ(q.warnings.size(), 1u);
@@ -580,14 +457,14 @@ TEST(SpmdValues, S5UnevenReductionsOnNegativeData) {
     Builder b;
     Ref x = b.input({n + 1}, spec(m, {"data"}));  // every shard 2 long; the tail all padding
     Ref cnt = b.input({}, repl(m));
-    b.out(b.sum(x, {0}));
-    b.out(b.op(OpKind::Div, {b.sum(x, {0}), cnt}));  // mean
-    b.out(b.amax(x, {0}));
-    b.out(b.sum(b.op(OpKind::Exp, {x}), {0}));  // exp(padding) = 1 where unmasked
+    b.out(sum(b, x, {0}));
+    b.out(b.op(OpKind::Div, {sum(b, x, {0}), cnt}));  // mean
+    b.out(amax(b, x, {0}));
+    b.out(sum(b, b.op(OpKind::Exp, {x}), {0}));  // exp(padding) = 1 where unmasked
     b.out(b.op(OpKind::Amin, {b.op(OpKind::Neg, {x})}, ops::attr::Amin{.keepdim = false, .dims = {0}}.pack()));
     Ref y = b.input({3, n + 1}, spec(m, {xs::None, "data"}));
     b.out(b.op(OpKind::Softmax, {y}, ops::attr::Softmax{.dim = 1}.pack()));  // over the sharded last dim
-    b.out(b.sum(y, {1}));
+    b.out(sum(b, y, {1}));
     expect_same_values(b, {negative({n + 1}), full({}, double(n + 1)), negative({3, n + 1})});
   }
 }
@@ -627,7 +504,7 @@ TEST(SpmdValues, S7DotRules) {
     Ref w = b.input({32, 16}, spec(f, {"fsdp", xs::None}));
     Ref g = b.input({8, 32}, spec(f, {"fsdp", xs::None}));
     b.out(b.op(OpKind::Linear, {x, w}));
-    b.out(b.op(OpKind::Matmul, {b.permute(g, {1, 0}), x}));
+    b.out(b.op(OpKind::Matmul, {permute(b, g, {1, 0}), x}));
     Partitioned p = expect_same_values(b, {randn({8, 16}), randn({32, 16}), randn({8, 32})},
                                        {spec(f, {"fsdp", xs::None}), spec(f, {"fsdp", xs::None})});
     EXPECT_EQ(kinds(p)["all-gather"], 1);
@@ -653,7 +530,7 @@ TEST(SpmdValues, S8ReshardsKeepValues) {
   {  // partial -> tiled: reduce-scatter, uneven
     Builder b;
     Ref x = b.input({6, 5}, spec(m, {xs::axes("a", "b"), xs::None}));
-    b.out(b.constrain(b.sum(x, {0}), spec(m, {xs::axes("a", "b")})));
+    b.out(b.constrain(sum(b, x, {0}), spec(m, {xs::axes("a", "b")})));
     EXPECT_EQ(kinds(expect_same_values(b, {randn({6, 5})}))["reduce-scatter"], 1);
   }
 }
