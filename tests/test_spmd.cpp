@@ -201,6 +201,92 @@ TEST_F(Spmd, ShardingPersistsAndParametersAlias) {
   EXPECT_EQ(xs::get_sharding_type(zeros({2}).to(device())), std::nullopt);
 }
 
+// ---------------------------------------------------------------- annotations on pending values
+TEST_F(Spmd, MarkShardingOnPendingValues) {
+  devices(2);
+  xs::Mesh mesh(iota(2), {2}, {"data"});
+  Tensor a = host_iota({4, 6});
+  Tensor h = a.to(device()) * 2.0;
+  xs::mark_sharding(h, mesh, {"data", xs::None});
+  EXPECT_EQ(xs::get_sharding_spec(h), "{devices=[2,1]0,1}");
+  EXPECT_EQ(xs::inferred_sharding(h), "{devices=[2,1]0,1}");
+  Tensor z = h + 1.0;
+  EXPECT_EQ(xs::get_sharding_spec(z), "") << "intermediates report nothing before sync, as torch_xla";
+  EXPECT_EQ(xs::inferred_sharding(z), "{devices=[2,1]0,1}");
+  axle::sync();
+  EXPECT_EQ(xs::get_sharding_spec(z), "{devices=[2,1]0,1}");
+  EXPECT_EQ(z.cpu().to_vector<float>(), (a * 2.0 + 1.0).to_vector<float>());
+  auto zs = xs::local_shards(z);
+  EXPECT_EQ(zs[1].data.to_vector<float>(), slice(a * 2.0 + 1.0, 0, 2, 4).contiguous().to_vector<float>());
+
+  // mark_sharding_with_gradients: the gradient gets the same sharding.
+  Tensor w = a.to(device());
+  w.set_requires_grad(true);
+  Tensor c = xs::mark_sharding_with_gradients(w, mesh, {xs::None, "data"});
+  EXPECT_EQ(xs::get_sharding_spec(c), "{devices=[1,2]0,1}");
+  (c * c).sum().backward();
+  axle::sync();
+  EXPECT_EQ(xs::get_sharding_spec(w.grad()), "{devices=[1,2]0,1}");
+  EXPECT_EQ(w.grad().cpu().to_vector<float>(), (a * 2.0).to_vector<float>());
+  const std::string vis = xs::debugging::visualize_tensor_sharding(z);
+  EXPECT_NE(vis.find("CPU 0"), std::string::npos) << vis;
+  EXPECT_NE(vis.find("CPU 1"), std::string::npos) << vis;
+}
+
+// ---------------------------------------------------------------- observability
+TEST_F(Spmd, CollectiveCountersExplainAndSavedGraphs) {
+  devices(2);
+  xs::Mesh mesh(iota(2), {2}, {"data"});
+  axle::test::TempDir dir;
+  setenv("AXLE_SAVE_GRAPHS", dir.path.c_str(), 1);
+  manual_seed(3);
+  Tensor xh = randn({4, 8}), wh = randn({8, 3});
+  std::string before_sync;
+  for (int i = 0; i < 2; ++i) {
+    Tensor x = xh.to(device()), w = wh.to(device());
+    xs::mark_sharding(x, mesh, {xs::None, "data"});
+    xs::mark_sharding(w, mesh, {"data", xs::None});
+    Tensor y = matmul(x, w);
+    if (i == 0) {
+      before_sync = xs::explain({y});  // compiles, runs nothing
+      EXPECT_EQ(metrics::counter_value("ExecuteReplicated"), 0);
+      EXPECT_EQ(metrics::counter_value("UncachedCompile"), 1);
+    }
+    axle::sync();
+    std::vector<float> got = y.to_vector<float>(), want = matmul(xh, wh).to_vector<float>();
+    for (size_t k = 0; k < want.size(); ++k) EXPECT_NEAR(got[k], want[k], 1e-5) << k;
+    if (i == 1) EXPECT_EQ(xs::explain({y}), before_sync);
+  }
+  unsetenv("AXLE_SAVE_GRAPHS");
+  EXPECT_EQ(metrics::counter_value("UncachedCompile"), 1);
+  EXPECT_EQ(metrics::counter_value("ExecuteReplicated"), 2);
+  // A contracting-sharded matmul: one all-reduce per execution, nothing else.
+  EXPECT_EQ(metrics::counter_value("SpmdAllReduce"), 2);
+  EXPECT_EQ(metrics::counter_value("SpmdAllGather"), 0);
+  EXPECT_EQ(metrics::counter_value("SpmdCollectiveBytes") % 2, 0);
+  EXPECT_GT(metrics::counter_value("SpmdCollectiveBytes"), 0);
+  EXPECT_NE(before_sync.find("all-reduce"), std::string::npos) << before_sync;
+  std::string global, local;
+  for (const auto& e : std::filesystem::directory_iterator(dir.path)) {
+    const std::string name = e.path().filename().string();
+    if (name.ends_with(".global.txt")) global = axle::test::slurp(e.path().string());
+    if (name.ends_with(".local.txt")) local = axle::test::slurp(e.path().string());
+  }
+  EXPECT_NE(global.find("{devices=[1,2]0,1}"), std::string::npos) << global;
+  EXPECT_NE(local.find("all_reduce"), std::string::npos) << local;
+
+  // AXLE_DEBUG prints the table of each newly compiled graph.
+  setenv("AXLE_DEBUG", "1", 1);
+  testing::internal::CaptureStderr();
+  Tensor x = xh.to(device());
+  xs::mark_sharding(x, mesh, {"data", xs::None});
+  Tensor y = matmul(x, wh.to(device()));
+  axle::sync();
+  const std::string err = testing::internal::GetCapturedStderr();
+  unsetenv("AXLE_DEBUG");
+  EXPECT_NE(err.find("[spmd] graph step"), std::string::npos) << err;
+}
+
 // ---------------------------------------------------------------- S12 compile cache
 TEST_F(Spmd, CompileCacheAndShardingChanges) {
   devices(2);
