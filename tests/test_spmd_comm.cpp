@@ -603,15 +603,24 @@ TEST(SpmdFailures, ThrowingDeviceAbortsItsPeers) {
 TEST(SpmdFailures, AbortReachesEveryGroup) {
   ScopedTimeout timeout(600);
   const int64_t pairs = dist::local_group_id({{0, 1}, {2, 3}});
+  const int64_t all = all_of(4);
+  std::vector<std::string> seen(4);
   const std::string err = error_of([&] {
     dist::run_on_devices(4, [&](int d) {
       if (d == 0) throw std::runtime_error("device zero fails");
-      float x = 1;
-      group(pairs).all_reduce(&x, 1, kFloat32, ReduceOp::Sum);  // 1 waits for 0; 2 and 3 complete it
-      if (d >= 2) group(all_of(4)).barrier();                   // 2 and 3 wait for 0 and 1
+      try {
+        float x = 1;
+        group(pairs).all_reduce(&x, 1, kFloat32, ReduceOp::Sum);  // 1 waits for 0; 2 and 3 complete it
+        if (d >= 2) group(all).barrier();                         // 2 and 3 wait for 0 and 1
+      } catch (const Error& e) {
+        seen[size_t(d)] = e.what();
+        throw;
+      }
     }, 1);
   });
   EXPECT_EQ(err, "[spmd] device 0 failed: device zero fails");
+  // Each was stopped by the abort, not by noticing later that device 0 had finished.
+  for (int d : {1, 2, 3}) EXPECT_EQ(seen[size_t(d)], "[spmd] aborted: device 0 failed: device zero fails") << d;
 }
 
 // A group over 4 devices used in a run of 2: the collective fails at once.

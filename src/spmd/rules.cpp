@@ -732,10 +732,6 @@ void register_core_rules(RuleTable& t) {
   t[ShardRule::Collective] = {replicated_outputs, nullptr, collective_partition};
 }
 
-// Stands in until rules_nn.cpp (the nnrules part) defines the real one: no nn rules, so
-// conv, pooling, along-dim ops and losses are Opaque.
-__attribute__((weak)) void register_nn_rules(RuleTable&) {}
-
 const RuleTable& rule_table() {
   static const RuleTable table = [] {
     RuleTable t;
