@@ -234,6 +234,20 @@ TEST_F(Spmd, MarkShardingOnPendingValues) {
   EXPECT_NE(vis.find("CPU 1"), std::string::npos) << vis;
 }
 
+// A Partial sum broadcast against a tiled value (BatchNorm's backward): reduced first.
+TEST_F(Spmd, PartialSumTimesTiledValue) {
+  devices(2);
+  xs::Mesh mesh(iota(2), {2}, {"data"});
+  Tensor a = host_iota({4, 3});
+  Tensor x = a.to(device());
+  xs::mark_sharding(x, mesh, {"data", xs::None});
+  Tensor y = x * x.sum({0}, true).expand({4, 3});
+  Tensor z = y.sum({0});
+  Tensor want = a * a.sum({0}, true).expand({4, 3});
+  EXPECT_EQ(y.cpu().to_vector<float>(), want.to_vector<float>());
+  EXPECT_EQ(z.cpu().to_vector<float>(), want.sum({0}).to_vector<float>());
+}
+
 // ---------------------------------------------------------------- observability
 TEST_F(Spmd, CollectiveCountersExplainAndSavedGraphs) {
   devices(2);
