@@ -2,6 +2,7 @@
 // process; shardings on tensors, their shards, the executor's SPMD path (compile cache,
 // aliasing, counters) and data-parallel training parity with one device.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
 #include <cstdlib>
@@ -11,6 +12,7 @@
 #include "axle/axle.h"
 #include "axle/metrics.h"
 #include "axle/runtime.h"
+#include "axle/xm.h"
 #include "axle/xs.h"
 #include "dist/dist_internal.h"
 #include "spmd/device_count.h"
@@ -176,7 +178,7 @@ TEST_F(Spmd, ShardingPersistsAndParametersAlias) {
     Tensor x = randn({6, 4}).to(device());
     opt.zero_grad();
     lin->forward(x).sum().backward();
-    opt.step();
+    xm::optimizer_step(opt);  // world size 1 under SPMD: no all-reduce, just the step
   }
   EXPECT_EQ(xs::get_sharding_spec(lin->weight), spec);
   EXPECT_EQ(metrics::counter_value("InputOutputAliasCount"), 3);
@@ -198,6 +200,106 @@ TEST_F(Spmd, ShardingPersistsAndParametersAlias) {
   EXPECT_EQ(xs::get_sharding_spec(r), "{devices=[2,1]0,1}");
   EXPECT_EQ(xs::get_sharding_type(r), xs::ShardingType::TILED);
   EXPECT_EQ(xs::get_sharding_type(zeros({2}).to(device())), std::nullopt);
+}
+
+// ---------------------------------------------------------------- annotations on pending values
+TEST_F(Spmd, MarkShardingOnPendingValues) {
+  devices(2);
+  xs::Mesh mesh(iota(2), {2}, {"data"});
+  Tensor a = host_iota({4, 6});
+  Tensor h = a.to(device()) * 2.0;
+  xs::mark_sharding(h, mesh, {"data", xs::None});
+  EXPECT_EQ(xs::get_sharding_spec(h), "{devices=[2,1]0,1}");
+  EXPECT_EQ(xs::inferred_sharding(h), "{devices=[2,1]0,1}");
+  Tensor z = h + 1.0;
+  EXPECT_EQ(xs::get_sharding_spec(z), "") << "intermediates report nothing before sync, as torch_xla";
+  EXPECT_EQ(xs::inferred_sharding(z), "{devices=[2,1]0,1}");
+  axle::sync();
+  EXPECT_EQ(xs::get_sharding_spec(z), "{devices=[2,1]0,1}");
+  EXPECT_EQ(z.cpu().to_vector<float>(), (a * 2.0 + 1.0).to_vector<float>());
+  auto zs = xs::local_shards(z);
+  EXPECT_EQ(zs[1].data.to_vector<float>(), slice(a * 2.0 + 1.0, 0, 2, 4).contiguous().to_vector<float>());
+
+  // mark_sharding_with_gradients: the gradient gets the same sharding.
+  Tensor w = a.to(device());
+  w.set_requires_grad(true);
+  Tensor c = xs::mark_sharding_with_gradients(w, mesh, {xs::None, "data"});
+  EXPECT_EQ(xs::get_sharding_spec(c), "{devices=[1,2]0,1}");
+  (c * c).sum().backward();
+  axle::sync();
+  EXPECT_EQ(xs::get_sharding_spec(w.grad()), "{devices=[1,2]0,1}");
+  EXPECT_EQ(w.grad().cpu().to_vector<float>(), (a * 2.0).to_vector<float>());
+  const std::string vis = xs::debugging::visualize_tensor_sharding(z);
+  EXPECT_NE(vis.find("CPU 0"), std::string::npos) << vis;
+  EXPECT_NE(vis.find("CPU 1"), std::string::npos) << vis;
+}
+
+// A Partial sum broadcast against a tiled value (BatchNorm's backward): reduced first.
+TEST_F(Spmd, PartialSumTimesTiledValue) {
+  devices(2);
+  xs::Mesh mesh(iota(2), {2}, {"data"});
+  Tensor a = host_iota({4, 3});
+  Tensor x = a.to(device());
+  xs::mark_sharding(x, mesh, {"data", xs::None});
+  Tensor y = x * x.sum({0}, true).expand({4, 3});
+  Tensor z = y.sum({0});
+  Tensor want = a * a.sum({0}, true).expand({4, 3});
+  EXPECT_EQ(y.cpu().to_vector<float>(), want.to_vector<float>());
+  EXPECT_EQ(z.cpu().to_vector<float>(), want.sum({0}).to_vector<float>());
+}
+
+// ---------------------------------------------------------------- observability
+TEST_F(Spmd, CollectiveCountersExplainAndSavedGraphs) {
+  devices(2);
+  xs::Mesh mesh(iota(2), {2}, {"data"});
+  axle::test::TempDir dir;
+  setenv("AXLE_SAVE_GRAPHS", dir.path.c_str(), 1);
+  manual_seed(3);
+  Tensor xh = randn({4, 8}), wh = randn({8, 3});
+  std::string before_sync;
+  for (int i = 0; i < 2; ++i) {
+    Tensor x = xh.to(device()), w = wh.to(device());
+    xs::mark_sharding(x, mesh, {xs::None, "data"});
+    xs::mark_sharding(w, mesh, {"data", xs::None});
+    Tensor y = matmul(x, w);
+    if (i == 0) {
+      before_sync = xs::explain({y});  // compiles, runs nothing
+      EXPECT_EQ(metrics::counter_value("ExecuteReplicated"), 0);
+      EXPECT_EQ(metrics::counter_value("UncachedCompile"), 1);
+    }
+    axle::sync();
+    std::vector<float> got = y.to_vector<float>(), want = matmul(xh, wh).to_vector<float>();
+    for (size_t k = 0; k < want.size(); ++k) EXPECT_NEAR(got[k], want[k], 1e-5) << k;
+    if (i == 1) EXPECT_EQ(xs::explain({y}), before_sync);
+  }
+  unsetenv("AXLE_SAVE_GRAPHS");
+  EXPECT_EQ(metrics::counter_value("UncachedCompile"), 1);
+  EXPECT_EQ(metrics::counter_value("ExecuteReplicated"), 2);
+  // A contracting-sharded matmul: one all-reduce per execution, nothing else.
+  EXPECT_EQ(metrics::counter_value("SpmdAllReduce"), 2);
+  EXPECT_EQ(metrics::counter_value("SpmdAllGather"), 0);
+  EXPECT_EQ(metrics::counter_value("SpmdCollectiveBytes") % 2, 0);
+  EXPECT_GT(metrics::counter_value("SpmdCollectiveBytes"), 0);
+  EXPECT_NE(before_sync.find("all-reduce"), std::string::npos) << before_sync;
+  std::string global, local;
+  for (const auto& e : std::filesystem::directory_iterator(dir.path)) {
+    const std::string name = e.path().filename().string();
+    if (name.ends_with(".global.txt")) global = axle::test::slurp(e.path().string());
+    if (name.ends_with(".local.txt")) local = axle::test::slurp(e.path().string());
+  }
+  EXPECT_NE(global.find("{devices=[1,2]0,1}"), std::string::npos) << global;
+  EXPECT_NE(local.find("all_reduce"), std::string::npos) << local;
+
+  // AXLE_DEBUG prints the table of each newly compiled graph.
+  setenv("AXLE_DEBUG", "1", 1);
+  testing::internal::CaptureStderr();
+  Tensor x = xh.to(device());
+  xs::mark_sharding(x, mesh, {"data", xs::None});
+  Tensor y = matmul(x, wh.to(device()));
+  axle::sync();
+  const std::string err = testing::internal::GetCapturedStderr();
+  unsetenv("AXLE_DEBUG");
+  EXPECT_NE(err.find("[spmd] graph step"), std::string::npos) << err;
 }
 
 // ---------------------------------------------------------------- S12 compile cache
@@ -236,9 +338,9 @@ nn::ModulePtr make_model(const std::string& name) {
         std::make_shared<nn::Linear>(256, 10)});
   // A small cnn with BatchNorm (running statistics must be the global batch's).
   return std::make_shared<nn::Sequential>(std::vector<nn::ModulePtr>{
-      std::make_shared<nn::Conv2d>(1, 8, 3, nn::Conv2dOptions{.padding = 1}), std::make_shared<nn::BatchNorm2d>(8),
+      std::make_shared<nn::Conv2d>(1, 4, 3, nn::Conv2dOptions{.padding = 1}), std::make_shared<nn::BatchNorm2d>(4),
       std::make_shared<nn::ReLU>(), std::make_shared<nn::MaxPool2d>(2), std::make_shared<nn::Flatten>(),
-      std::make_shared<nn::Linear>(8 * 14 * 14, 10)});
+      std::make_shared<nn::Linear>(4 * 14 * 14, 10)});
 }
 
 struct Batch {
@@ -267,6 +369,12 @@ struct TrainRun {
 // the input sharded {"data", None, None, None} and the labels replicated (rank mismatch).
 TrainRun train(const std::string& model, int devices, int steps) {
   const auto& data = batches(steps);
+  // One kernel thread per device (and for the reference): fast on a busy machine.
+  struct Threads {
+    int saved = omp_get_max_threads();
+    Threads() { omp_set_num_threads(1); }
+    ~Threads() { omp_set_num_threads(saved); }
+  } threads;
   if (devices == 0) {
     dist::detail::set_spmd_mode(false);
   } else {
@@ -375,6 +483,17 @@ TEST_F(Spmd, TwoRunsAreBitwiseIdentical) {
   const TrainRun b = train("mlp", 4, 5);
   EXPECT_EQ(a.losses, b.losses);
   EXPECT_EQ(a.params, b.params);
+}
+
+TEST_F(Spmd, ShardedDataOutsideSpmdIsAnError) {
+  devices(2);
+  xs::Mesh mesh(iota(2), {2}, {"data"});
+  Tensor t = host_iota({4, 2}).to(device());
+  xs::mark_sharding(t, mesh, {"data", xs::None});
+  spmd_off();
+  EXPECT_NE(error_of([&] { (t + 1.0).cpu(); }).find("is SPMD data (one shard per device) but SPMD is off"),
+            std::string::npos);
+  EXPECT_EQ(t.cpu().to_vector<float>(), host_iota({4, 2}).to_vector<float>()) << "its value can still be read";
 }
 
 TEST_F(Spmd, MultiProcessApisRefuseSpmd) {

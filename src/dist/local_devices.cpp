@@ -224,7 +224,7 @@ struct Sub {
       } else if (!finished.empty()) {
         broken = "[spmd] " + c.str() + " over " + name() + " cannot complete: device" +
                  (finished.size() > 1 ? "s " : " ") + list_str(finished) +
-                 " finished its program without reaching it";
+                 (finished.size() > 1 ? " finished their programs" : " finished its program") + " without reaching it";
       } else if (std::chrono::steady_clock::now() >= deadline) {
         broken = "[spmd] " + c.str() + " over " + name() + " timed out after " + seconds_str(timeout_s) +
                  ": device" + (missing.size() > 1 ? "s " : " ") + list_str(missing) +

@@ -24,7 +24,7 @@ ShardLayout shard_layout(const std::vector<int64_t>& layout, int64_t rank, const
   for (size_t k = 0; k < n; ++k)
     AXLE_CHECK(l.tiles[k] >= 1, "[", op, "] expected tile counts >= 1, got ", l.tiles[k], " for dim ", k);
   l.devices = int64_t((layout.size() - 1 - n) / n);
-  l.table = layout.data() + 1 + n;
+  l.table.assign(layout.begin() + std::ptrdiff_t(1 + n), layout.end());
   for (int64_t d = 0; d < l.devices; ++d)
     for (size_t k = 0; k < n; ++k)
       AXLE_CHECK(l.tile(d, k) >= 0 && l.tile(d, k) < l.tiles[k], "[", op, "] expected device ", d,

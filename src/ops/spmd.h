@@ -22,9 +22,9 @@ namespace axle::ops {
 struct ShardLayout {
   Shape tiles;          ///< tiles per dim
   int64_t devices = 0;  ///< D: devices the table covers (0 for a 0-d tensor)
-  const int64_t* table = nullptr;  ///< D x rank tile indices, row-major
+  std::vector<int64_t> table;  ///< D x rank tile indices, row-major
   /// Device d's tile index along dim k.
-  int64_t tile(int64_t d, size_t k) const { return table[d * int64_t(tiles.size()) + int64_t(k)]; }
+  int64_t tile(int64_t d, size_t k) const { return table[size_t(d) * tiles.size() + k]; }
 };
 ShardLayout shard_layout(const std::vector<int64_t>& layout, int64_t rank, const char* op);
 

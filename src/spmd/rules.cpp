@@ -165,6 +165,16 @@ bool linear_in(OpKind op, size_t operand) {
   }
 }
 
+// True if `s` splits a dim over one of `axes`. A value cannot be Partial over an axis that
+// also splits it (each device along that axis holds another tile): its Partial operands
+// are reduced first.
+bool splits_over(const Sharding& s, const std::vector<int>& axes) {
+  for (const auto& d : s.dim_axes)
+    for (int a : d)
+      if (std::find(axes.begin(), axes.end(), a) != axes.end()) return true;
+  return false;
+}
+
 std::vector<LocalValue> pointwise_partition(PartitionContext& cx, const std::vector<LocalValue>& in,
                                             const std::vector<Sharding>& chosen) {
   const compiler::PNode& n = cx.node();
@@ -186,6 +196,7 @@ std::vector<LocalValue> pointwise_partition(PartitionContext& cx, const std::vec
   }
   if (keep_partial && (n.op == OpKind::Add || n.op == OpKind::Sub)) keep_partial = npartial == in.size();
   if (keep_partial && (n.op == OpKind::Mul || n.op == OpKind::Div)) keep_partial = npartial == 1;
+  if (keep_partial && splits_over(chosen[0], first_partial->sharding.partial_axes)) keep_partial = false;
   std::vector<Ref> refs;
   for (size_t i = 0; i < in.size(); ++i) {
     if (in[i].absent()) {
@@ -230,7 +241,7 @@ std::vector<LocalValue> broadcast_partition(PartitionContext& cx, const std::vec
   const Sharding target = make_sharding(cx.mesh(), output_to_operand(dim_axes_of(chosen[0], out.size()), in[0].global, out));
   LocalValue x = in[0];
   Sharding os = chosen[0];
-  if (x.sharding.is_partial() && without_partial(x.sharding) == target) {
+  if (x.sharding.is_partial() && without_partial(x.sharding) == target && !splits_over(os, x.sharding.partial_axes)) {
     os = with_partial(os, x.sharding.partial_axes, x.sharding.partial_op);  // expand is linear and keeps max/min
   } else {
     x = cx.reshard(cx.resolve(x, "broadcast: expand"), target, "broadcast: expand operand follows its output");
@@ -731,10 +742,6 @@ void register_core_rules(RuleTable& t) {
   t[ShardRule::Constraint] = {constraint_forward, constraint_backward, constraint_partition};
   t[ShardRule::Collective] = {replicated_outputs, nullptr, collective_partition};
 }
-
-// Stands in until rules_nn.cpp (the nnrules part) defines the real one: no nn rules, so
-// conv, pooling, along-dim ops and losses are Opaque.
-__attribute__((weak)) void register_nn_rules(RuleTable&) {}
 
 const RuleTable& rule_table() {
   static const RuleTable table = [] {
