@@ -131,7 +131,7 @@ struct XLAShard {
   Tensor data;                                ///< the padded local shard, on cpu
   std::optional<std::vector<Slice>> indices;  ///< the global ranges it holds; nullopt: all (replicated)
   std::string shard_device;                   ///< "CPU:2"
-  int replica_id = 0;                         ///< 0 for tiled; the device for replicated; the group for partial
+  int replica_id = 0;                         ///< 0 tiled; the device if replicated; its index in its group if partial
   /// `data` without its padding (the part `indices` names).
   Tensor unpadded_data() const;
 };
