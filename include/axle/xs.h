@@ -177,7 +177,8 @@ void use_spmd(bool auto_sharding = false);
 bool is_spmd();
 /// The virtual cpu devices of this process: AXLE_CPU_DEVICES (or CPU_NUM_DEVICES, or
 /// XLA_FLAGS=--xla_force_host_platform_device_count=N; disagreeing values are an error
-/// naming both), default 1.
+/// naming both; each must be an integer 1..4096, an empty one counts as unset), default 1.
+/// Read once, at the first call.
 int64_t global_runtime_device_count();
 int64_t addressable_runtime_device_count();
 }  // namespace axle::runtime
