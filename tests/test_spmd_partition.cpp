@@ -413,6 +413,21 @@ TEST(SpmdPartition, APartialValueIsReducedOnceForAllItsUses) {
   EXPECT_EQ(count_local(p, OpKind::AllReduce), 1);
 }
 
+TEST(SpmdValues, APartialValueMeetingASplitOperandIsReducedFirst) {
+  // BatchNorm's backward: a per-channel sum over the split batch (Partial) times, or
+  // expanded and added to, batch-split activations. The product is split on the batch, so
+  // it cannot stay Partial over the same axis.
+  auto m = mesh4();
+  Builder b;
+  Ref x = b.input({8, 6}, spec(m, {"data", xs::None}));
+  Ref s = sum(b, x, {0}, true);  // [1, 6], partial(data)
+  b.out(b.op(OpKind::Mul, {s, x}));
+  b.out(b.op(OpKind::Add, {b.op(OpKind::Expand, {s}, ops::attr::Expand{.shape = {8, 6}}.pack()), x}));
+  Partitioned p = expect_same_values(b, {randn({8, 6})});
+  EXPECT_EQ(kinds(p)["all-reduce"], 1);
+  EXPECT_EQ(p.outputs[0].str(), "{devices=[4,1]0,1,2,3}");
+}
+
 // ---- opaque fallback
 
 TEST(SpmdPartition, OpsWithoutARuleAreReplicatedAndListedOnce) {
