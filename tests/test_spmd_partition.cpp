@@ -527,6 +527,23 @@ TEST(SpmdValues, S7DotRules) {
   }
 }
 
+TEST(SpmdValues, DataAndTensorParallelMlpOnA2dMesh) {
+  // x split on data, W1 column- and W2 row-split on model: one all-reduce, over the model
+  // axis only (groups {0,1} and {2,3}), and the output stays split on data.
+  auto m = make_mesh(4, {2, 2}, {"data", "model"});
+  Builder b;
+  Ref x = b.input({6, 8}, spec(m, {"data", xs::None}));
+  Ref w1 = b.input({10, 8}, spec(m, {"model", xs::None}));
+  Ref w2 = b.input({8, 10}, spec(m, {xs::None, "model"}));
+  Ref h = b.op(OpKind::Gelu, {b.op(OpKind::Linear, {x, w1})});
+  b.out(b.op(OpKind::Linear, {h, w2}));
+  Partitioned p = expect_same_values(b, {randn({6, 8}), randn({10, 8}), randn({8, 10})});
+  EXPECT_EQ(kinds(p)["all-reduce"], 1);
+  EXPECT_EQ(p.collectives.size(), 1u);
+  EXPECT_EQ(p.collectives[0].from, "partial(model) {devices=[2,1,2]0,1,2,3 last_tile_dim_replicate}");
+  EXPECT_EQ(p.outputs[0].str(), "{devices=[2,1,2]0,1,2,3 last_tile_dim_replicate}");
+}
+
 TEST(SpmdValues, S8ReshardsKeepValues) {
   auto m = make_mesh(4, {2, 2}, {"a", "b"});
   auto one = [&](const Sharding& from, const Sharding& to, const Shape& s) {
