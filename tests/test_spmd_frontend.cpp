@@ -320,6 +320,63 @@ TEST(DistributedCheckpoint, ErrorsLeaveTheTargetsAlone) {
   EXPECT_TRUE(fs::exists(d / "other/keep.txt"));
 }
 
+// S16: a run saved asynchronously at step 3 and restored into fresh (sharded) parameters
+// continues to the parameters of the uninterrupted run, bit for bit.
+TEST(DistributedCheckpoint, ManagerSaveAsyncThenRestoreResumesBitIdentical) {
+  use_devices(2);
+  xs::Mesh mesh(iota_ids(2), {2}, {"model"});
+  auto make = [&] {
+    manual_seed(3);
+    auto m = std::make_shared<nn::Sequential>(std::vector<nn::ModulePtr>{
+        std::make_shared<nn::Flatten>(), std::make_shared<nn::Linear>(4, 6), std::make_shared<nn::ReLU>(),
+        std::make_shared<nn::Linear>(6, 3)});
+    m->to(axle::device());
+    auto params = m->named_parameters();
+    xs::mark_sharding(params[0].second, mesh, {"model", xs::None});  // column-parallel
+    xs::mark_sharding(params[2].second, mesh, {xs::None, "model"});  // row-parallel
+    return m;
+  };
+  auto ds = small_dataset(6);
+  auto train = [&](nn::Sequential& m, optim::SGD& opt, int steps) {
+    for (int i = 0; i < steps; ++i) {
+      auto step = axle::step();
+      opt.zero_grad();
+      cross_entropy(m(ds->data().to(axle::device())), ds->targets().to(axle::device())).backward();
+      opt.step();
+    }
+  };
+  auto params_of = [](nn::Module& m) {
+    std::vector<std::vector<float>> out;
+    for (const auto& [n, p] : m.named_parameters()) out.push_back(p.cpu().to_vector<float>());
+    return out;
+  };
+  TempDir d;
+  auto full = make();
+  optim::SGD opt(full->parameters(), {.lr = 0.5});
+  dc::CheckpointManager ckpt(d.path / "ckpts", /*save_interval=*/3, /*max_to_keep=*/2);
+  EXPECT_FALSE(ckpt.save_async(2, full->state_dict()));  // not a multiple of 3
+  train(*full, opt, 3);
+  const auto at3 = params_of(*full);
+  EXPECT_TRUE(ckpt.save_async(3, full->state_dict()));
+  train(*full, opt, 2);  // changes the parameters while (or after) the save writes
+  ckpt.join();
+  EXPECT_EQ(ckpt.all_steps(), (std::vector<int64_t>{3}));
+
+  auto resumed = make();
+  optim::SGD opt2(resumed->parameters(), {.lr = 0.5});
+  ckpt.restore(3, resumed->state_dict());
+  EXPECT_EQ(params_of(*resumed), at3);
+  EXPECT_EQ(xs::get_sharding_spec(resumed->named_parameters()[0].second), "{devices=[2,1]0,1}");
+  train(*resumed, opt2, 2);
+  EXPECT_EQ(params_of(*resumed), params_of(*full));
+  // max_to_keep: the oldest go; an unknown step is an error.
+  EXPECT_TRUE(ckpt.save(6, full->state_dict()));
+  EXPECT_TRUE(ckpt.save(7, full->state_dict(), /*force=*/true));
+  EXPECT_EQ(ckpt.all_steps(), (std::vector<int64_t>{6, 7}));
+  const std::string e = error_of([&] { ckpt.restore(3, resumed->state_dict()); });
+  EXPECT_NE(e.find("no checkpoint of step 3"), std::string::npos) << e;
+}
+
 // ---------------------------------------------------------------- axle-train --pattern spmd
 
 namespace {

@@ -7,7 +7,9 @@
 #include <stdio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -15,6 +17,7 @@
 #include <optional>
 #include <set>
 #include <sstream>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -178,9 +181,18 @@ json shape_json(const Shape& s) { return json(std::vector<int64_t>(s.begin(), s.
 
 }  // namespace
 
-void save(const nn::StateDict& state_dict, const fs::path& dir) {
-  const std::string op = "[distributed_checkpoint::save]";
-  AXLE_CHECK(!dir.empty(), op, " expected a directory, got an empty path");
+namespace {
+
+// What a save writes, already on the host: the metadata's tensor entries and the chunks.
+struct Snapshot {
+  json tensors = json::object();
+  nn::StateDict pieces;  ///< chunk key -> its cpu data (contiguous)
+  std::string host_file;
+};
+
+// Syncs and copies every replica-0 shard of `state_dict` to the host. `own`: cpu tensors
+// are copied too (the snapshot must not change when the caller's tensors do).
+Snapshot snapshot(const nn::StateDict& state_dict, const std::string& op, bool own) {
   std::set<std::string> names;
   bool any_xla = false;
   for (const auto& [name, t] : state_dict) {
@@ -190,9 +202,8 @@ void save(const nn::StateDict& state_dict, const fs::path& dir) {
   }
   if (any_xla) axle::sync();
 
-  const std::string host_file = "shard-" + std::to_string(runtime::global_ordinal()) + ".safetensors";
-  json tensors = json::object();
-  nn::StateDict pieces;  // chunk key -> its cpu data
+  Snapshot snap;
+  snap.host_file = "shard-" + std::to_string(runtime::global_ordinal()) + ".safetensors";
   for (const auto& [name, t] : state_dict) {
     json e;
     e["dtype"] = st::dtype_code(t.dtype());
@@ -200,16 +211,16 @@ void save(const nn::StateDict& state_dict, const fs::path& dir) {
     json chunks = json::array();
     auto add = [&](const Shape& offsets, const Tensor& data) {
       const std::string key = name + "/" + std::to_string(chunks.size());
-      chunks.push_back({{"offsets", shape_json(offsets)}, {"sizes", shape_json(data.shape())}, {"file", host_file},
+      chunks.push_back({{"offsets", shape_json(offsets)}, {"sizes", shape_json(data.shape())}, {"file", snap.host_file},
                         {"key", key}});
-      pieces.emplace_back(key, data.contiguous());
+      snap.pieces.emplace_back(key, data.contiguous());
     };
     if (annotated(t)) {
       const auto type = xs::get_sharding_type(t);
       AXLE_CHECK(type != xs::ShardingType::MANUAL, op, " tensor \"", name,
                  "\" is manually sharded: save it after disable_manual_sharding");
       e["sharding"] = xs::get_sharding_spec(t);
-      for (const xs::XLAShard& s : xs::local_shards(t)) {
+      for (const xs::XLAShard& s : xs::local_shards(t)) {  // fresh host copies
         if (s.replica_id != 0) continue;  // another device holds the same values
         Shape offsets(t.dim(), 0);
         if (s.indices) {
@@ -221,39 +232,51 @@ void save(const nn::StateDict& state_dict, const fs::path& dir) {
       }
     } else {
       e["sharding"] = "";
-      add(Shape(t.dim(), 0), t.detach().cpu());
+      Tensor host = t.detach().cpu();
+      add(Shape(t.dim(), 0), own && t.device().is_cpu() ? host.clone() : host);
     }
     e["chunks"] = std::move(chunks);
-    tensors[name] = std::move(e);
+    snap.tensors[name] = std::move(e);
   }
+  return snap;
+}
 
-  if (st::is_master_ordinal()) {
-    fs::path target = dir;
-    if (target.filename().empty()) target = target.parent_path();  // "ckpt/" -> "ckpt"
-    const fs::path parent = target.parent_path().empty() ? fs::path(".") : target.parent_path();
-    std::error_code ec;
-    AXLE_CHECK(fs::is_directory(parent, ec), op, " the parent directory '", parent.string(), "' of '", dir.string(),
-               "' does not exist");
-    const fs::path tmp = target.string() + ".tmp." + std::to_string(::getpid()) + "." +
-                         std::to_string(g_tmp_counter++);
+// Writes `snap` to a temporary directory beside `dir`, then renames it into place.
+void write_snapshot(const Snapshot& snap, const fs::path& dir, const std::string& op) {
+  fs::path target = dir;
+  if (target.filename().empty()) target = target.parent_path();  // "ckpt/" -> "ckpt"
+  const fs::path parent = target.parent_path().empty() ? fs::path(".") : target.parent_path();
+  std::error_code ec;
+  AXLE_CHECK(fs::is_directory(parent, ec), op, " the parent directory '", parent.string(), "' of '", dir.string(),
+             "' does not exist");
+  const fs::path tmp =
+      target.string() + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(g_tmp_counter++);
+  fs::remove_all(tmp, ec);
+  AXLE_CHECK(fs::create_directory(tmp, ec) && !ec, op, " can't create the temporary directory '", tmp.string(),
+             "': ", ec.message());
+  try {
+    axle::save(snap.pieces, (tmp / snap.host_file).string());
+    json meta;
+    meta["format"] = kFormat;
+    meta["version"] = kVersion;
+    meta["hosts"] = 1;
+    meta["tensors"] = snap.tensors;
+    write_synced(tmp / kMetadataFile, meta.dump(1) + "\n");
+    sync_dir(tmp);
+    commit_dir(tmp, target);
+  } catch (...) {
     fs::remove_all(tmp, ec);
-    AXLE_CHECK(fs::create_directory(tmp, ec) && !ec, op, " can't create the temporary directory '", tmp.string(),
-               "': ", ec.message());
-    try {
-      axle::save(pieces, (tmp / host_file).string());
-      json meta;
-      meta["format"] = kFormat;
-      meta["version"] = kVersion;
-      meta["hosts"] = 1;
-      meta["tensors"] = std::move(tensors);
-      write_synced(tmp / kMetadataFile, meta.dump(1) + "\n");
-      sync_dir(tmp);
-      commit_dir(tmp, target);
-    } catch (...) {
-      fs::remove_all(tmp, ec);
-      throw;
-    }
+    throw;
   }
+}
+
+}  // namespace
+
+void save(const nn::StateDict& state_dict, const fs::path& dir) {
+  const std::string op = "[distributed_checkpoint::save]";
+  AXLE_CHECK(!dir.empty(), op, " expected a directory, got an empty path");
+  const Snapshot snap = snapshot(state_dict, op, /*own=*/false);
+  if (st::is_master_ordinal()) write_snapshot(snap, dir, op);
   // As xm::save: no process goes on (and perhaps reads the checkpoint) before it is written.
   if (runtime::world_size() > 1) (void)xm::rendezvous("axle::distributed_checkpoint::save");
 }
@@ -362,6 +385,89 @@ void load(const nn::StateDict& state_dict, const fs::path& dir) {
       }
     }
   }
+}
+
+// ---------------------------------------------------------------- CheckpointManager
+
+CheckpointManager::CheckpointManager(fs::path path, int64_t save_interval, int64_t max_to_keep)
+    : path_(std::move(path)), save_interval_(save_interval), max_to_keep_(max_to_keep) {
+  AXLE_CHECK(!path_.empty(), "[CheckpointManager] expected a directory, got an empty path");
+  AXLE_CHECK(save_interval_ >= 1, "[CheckpointManager] expected save_interval >= 1, got ", save_interval_);
+  AXLE_CHECK(max_to_keep_ >= 0, "[CheckpointManager] expected max_to_keep >= 0 (0: keep all), got ", max_to_keep_);
+  std::error_code ec;
+  fs::create_directories(path_, ec);
+  AXLE_CHECK(fs::is_directory(path_, ec), "[CheckpointManager] can't create the directory '", path_.string(), "'");
+}
+
+CheckpointManager::~CheckpointManager() {
+  try {
+    join();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "[CheckpointManager] warning: a background save failed: %s\n", e.what());
+  }
+}
+
+bool CheckpointManager::should_save(int64_t step, bool force) const {
+  AXLE_CHECK(step >= 0, "[CheckpointManager] expected a step >= 0, got ", step);
+  return force || step % save_interval_ == 0;
+}
+
+void CheckpointManager::finish_save() {
+  if (max_to_keep_ == 0) return;
+  std::vector<int64_t> steps = all_steps();
+  std::error_code ec;
+  for (size_t i = 0; i + size_t(max_to_keep_) < steps.size(); ++i) fs::remove_all(path_ / std::to_string(steps[i]), ec);
+}
+
+bool CheckpointManager::save(int64_t step, const nn::StateDict& state_dict, bool force) {
+  if (!should_save(step, force)) return false;
+  join();
+  distributed_checkpoint::save(state_dict, path_ / std::to_string(step));
+  finish_save();
+  return true;
+}
+
+bool CheckpointManager::save_async(int64_t step, const nn::StateDict& state_dict, bool force) {
+  if (!should_save(step, force)) return false;
+  join();  // one save at a time; an earlier failure is thrown here
+  const std::string op = "[CheckpointManager::save_async]";
+  auto snap = std::make_shared<Snapshot>(snapshot(state_dict, op, /*own=*/true));
+  if (!st::is_master_ordinal()) return true;
+  const fs::path dir = path_ / std::to_string(step);
+  worker_ = std::thread([this, snap, dir, op] {
+    try {
+      write_snapshot(*snap, dir, op);
+      finish_save();
+    } catch (...) {
+      error_ = std::current_exception();
+    }
+  });
+  return true;
+}
+
+void CheckpointManager::join() {
+  if (worker_.joinable()) worker_.join();
+  if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
+}
+
+std::vector<int64_t> CheckpointManager::all_steps() const {
+  std::vector<int64_t> steps;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(path_, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.empty() || name.size() > 18 || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    if (fs::exists(e.path() / kMetadataFile, ec)) steps.push_back(std::stoll(name));
+  }
+  std::sort(steps.begin(), steps.end());
+  return steps;
+}
+
+void CheckpointManager::restore(int64_t step, const nn::StateDict& state_dict) {
+  join();
+  const std::vector<int64_t> steps = all_steps();
+  AXLE_CHECK(std::find(steps.begin(), steps.end(), step) != steps.end(), "[CheckpointManager] no checkpoint of step ",
+             step, " in '", path_.string(), "' (steps there: ", steps.size(), ")");
+  distributed_checkpoint::load(state_dict, path_ / std::to_string(step));
 }
 
 }  // namespace axle::experimental::distributed_checkpoint
