@@ -55,7 +55,7 @@ TEST(Cli, BadFlags) {
 TEST(Cli, PatternAndDeviceMismatch) {
   expect_usage_error(run_train("--pattern compiled --device cpu"), "use --device xla");
   expect_usage_error(run_train("--pattern ddp --device cpu"), "use --device xla");
-  expect_usage_error(run_train("--devices 4"), "--devices 4 needs --pattern multiprocess, ddp or loader");
+  expect_usage_error(run_train("--devices 4"), "--devices 4 needs --pattern multiprocess, ddp, loader or spmd");
 }
 
 TEST(Cli, MissingDataDirectory) {
