@@ -256,6 +256,7 @@ std::shared_ptr<const SpmdProgram> find_or_compile(const Plan& pl, const std::st
   }
   auto sp = compile(pl, name, cause, ctx != nullptr);
   std::lock_guard<std::mutex> lock(c.mu);
+  if (c.map.size() >= 1024) c.map.erase(c.map.begin());  // bounded (SPMD programs seldom number this many)
   c.map[pl.key] = sp;
   return sp;
 }
