@@ -413,6 +413,21 @@ TEST(SpmdPartition, APartialValueIsReducedOnceForAllItsUses) {
   EXPECT_EQ(count_local(p, OpKind::AllReduce), 1);
 }
 
+TEST(SpmdValues, APartialValueMeetingASplitOperandIsReducedFirst) {
+  // BatchNorm's backward: a per-channel sum over the split batch (Partial) times, or
+  // expanded and added to, batch-split activations. The product is split on the batch, so
+  // it cannot stay Partial over the same axis.
+  auto m = mesh4();
+  Builder b;
+  Ref x = b.input({8, 6}, spec(m, {"data", xs::None}));
+  Ref s = sum(b, x, {0}, true);  // [1, 6], partial(data)
+  b.out(b.op(OpKind::Mul, {s, x}));
+  b.out(b.op(OpKind::Add, {b.op(OpKind::Expand, {s}, ops::attr::Expand{.shape = {8, 6}}.pack()), x}));
+  Partitioned p = expect_same_values(b, {randn({8, 6})});
+  EXPECT_EQ(kinds(p)["all-reduce"], 1);
+  EXPECT_EQ(p.outputs[0].str(), "{devices=[4,1]0,1,2,3}");
+}
+
 // ---- opaque fallback
 
 TEST(SpmdPartition, OpsWithoutARuleAreReplicatedAndListedOnce) {
@@ -510,6 +525,23 @@ TEST(SpmdValues, S7DotRules) {
     EXPECT_EQ(kinds(p)["all-gather"], 1);
     EXPECT_EQ(kinds(p)["reduce-scatter"], 1);
   }
+}
+
+TEST(SpmdValues, DataAndTensorParallelMlpOnA2dMesh) {
+  // x split on data, W1 column- and W2 row-split on model: one all-reduce, over the model
+  // axis only (groups {0,1} and {2,3}), and the output stays split on data.
+  auto m = make_mesh(4, {2, 2}, {"data", "model"});
+  Builder b;
+  Ref x = b.input({6, 8}, spec(m, {"data", xs::None}));
+  Ref w1 = b.input({10, 8}, spec(m, {"model", xs::None}));
+  Ref w2 = b.input({8, 10}, spec(m, {xs::None, "model"}));
+  Ref h = b.op(OpKind::Gelu, {b.op(OpKind::Linear, {x, w1})});
+  b.out(b.op(OpKind::Linear, {h, w2}));
+  Partitioned p = expect_same_values(b, {randn({6, 8}), randn({10, 8}), randn({8, 10})});
+  EXPECT_EQ(kinds(p)["all-reduce"], 1);
+  EXPECT_EQ(p.collectives.size(), 1u);
+  EXPECT_EQ(p.collectives[0].from, "partial(model) {devices=[2,1,2]0,1,2,3 last_tile_dim_replicate}");
+  EXPECT_EQ(p.outputs[0].str(), "{devices=[2,1,2]0,1,2,3 last_tile_dim_replicate}");
 }
 
 TEST(SpmdValues, S8ReshardsKeepValues) {

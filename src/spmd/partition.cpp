@@ -100,9 +100,13 @@ class Ctx final : public PartitionContext {
     const PNode& n = g_.nodes[size_t(r.node)];
     if (n.kind == NodeKind::Data && size_t(n.input) < o_.input_labels.size() && !o_.input_labels[size_t(n.input)].empty())
       return o_.input_labels[size_t(n.input)] + " " + shape_str(n.outs[0].shape);
-    std::string t = g_.node_text(size_t(r.node));
-    if (n.outs.size() > 1) t += " (output " + std::to_string(r.index) + ")";
-    return t;
+    if (n.kind != NodeKind::Op) return g_.node_text(size_t(r.node));
+    // "%12 = linear(...) : float32[128, 256]": the op and the moved output's type.
+    std::ostringstream os;
+    os << "%" << r.node << " = " << ops::op_name(n.op) << "(...)";
+    if (n.outs.size() > 1) os << " output " << r.index;
+    os << " : " << n.outs[size_t(r.index)].dtype << shape_str(n.outs[size_t(r.index)].shape);
+    return os.str();
   }
 
   LocalValue mask_padding(const LocalValue& v, int dim, double fill) override {
