@@ -138,7 +138,7 @@ struct Call {
     if (std::strcmp(kind, "broadcast") == 0) s += " (root " + std::to_string(extra) + ")";
     if (perm) s += " (source_of {" + list_str(*perm) + "})";
     std::ostringstream os;
-    os << " of " << numel << " " << dtype << " elements";
+    os << " of " << numel << " " << dtype << (numel == 1 ? " element" : " elements");
     return s + os.str();
   }
   bool operator==(const Call& o) const {
