@@ -248,6 +248,29 @@ TEST_F(Spmd, PartialSumTimesTiledValue) {
   EXPECT_EQ(z.cpu().to_vector<float>(), want.sum({0}).to_vector<float>());
 }
 
+// ---------------------------------------------------------------- S14 manual regions
+TEST_F(Spmd, ManualShardingRegion) {
+  devices(4);
+  xs::Mesh mesh(iota(4), {1, 4}, {"data", "model"});
+  Tensor a = host_iota({8, 8});
+  Tensor x = a.to(device());
+  Tensor xx = xs::enable_manual_sharding(x, {0, 1}, &mesh);
+  EXPECT_EQ(xx.shape(), (Shape{8, 2}));
+  EXPECT_EQ(xs::get_sharding_spec(xx), "{manual}");
+  EXPECT_EQ(xs::get_sharding_spec(x), "{devices=[1,4]0,1,2,3}") << "x itself is marked";
+  Tensor local = xx * 2.0 + 1.0;  // not partitioned: each device's [8, 2]
+  Tensor y = xs::disable_manual_sharding(local, {0, 1}, {8, 8}, &mesh);
+  EXPECT_EQ(y.shape(), (Shape{8, 8}));
+  EXPECT_EQ(xs::get_sharding_spec(y), "{devices=[1,4]0,1,2,3}");
+  EXPECT_EQ(y.cpu().to_vector<float>(), (a * 2.0 + 1.0).to_vector<float>());
+  EXPECT_NE(error_of([&] { xx.cpu(); }).find("a manual tensor holds one value per device"), std::string::npos);
+  EXPECT_NE(error_of([&] { xs::disable_manual_sharding(y, {0, 1}, {8, 8}, &mesh); }).find("expected a manual tensor"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { xs::disable_manual_sharding(xx, {0, 1}, {8, 12}, &mesh); }).find("is not the shard shape"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { xs::enable_manual_sharding(x, {0, 1}); }).find("no global mesh"), std::string::npos);
+}
+
 // ---------------------------------------------------------------- observability
 TEST_F(Spmd, CollectiveCountersExplainAndSavedGraphs) {
   devices(2);

@@ -54,6 +54,8 @@ struct LaunchOptions {
 /// it spawns nothing and runs fn(LOCAL_RANK) here. Throws (seed anti-pattern 1,
 /// "Don't call device() before launch()") if this process called axle::device() or
 /// used the xla device outside a launched function: call it only inside fn.
+/// Under SPMD (runtime::use_spmd) one process drives every device: nprocs > 1 is an
+/// error, otherwise fn(0) runs here.
 void launch(const std::function<void(int)>& fn, const LaunchOptions& opts = {});
 
 namespace xmp {
@@ -108,7 +110,8 @@ class ProcessGroup {
 /// launch() did not start and no external launcher set up, a group of one.
 ProcessGroup& default_group();
 /// torch.distributed-style initialisation; backend "xla" or "gloo", init_method
-/// "xla://" or "env://". Creates the default group (a rendezvous of every rank).
+/// "xla://" or "env://". Creates the default group (a rendezvous of every rank). Under SPMD
+/// (runtime::use_spmd) backend "xla" is an error: the partitioner inserts the collectives.
 void init_process_group(const std::string& backend = "xla", const std::string& init_method = "xla://");
 /// Sets the timeout (seconds) of the default group's rendezvous and collectives.
 void set_timeout(double seconds);
