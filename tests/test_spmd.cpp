@@ -12,6 +12,7 @@
 #include "axle/axle.h"
 #include "axle/metrics.h"
 #include "axle/runtime.h"
+#include "axle/xm.h"
 #include "axle/xs.h"
 #include "dist/dist_internal.h"
 #include "spmd/device_count.h"
@@ -177,7 +178,7 @@ TEST_F(Spmd, ShardingPersistsAndParametersAlias) {
     Tensor x = randn({6, 4}).to(device());
     opt.zero_grad();
     lin->forward(x).sum().backward();
-    opt.step();
+    xm::optimizer_step(opt);  // world size 1 under SPMD: no all-reduce, just the step
   }
   EXPECT_EQ(xs::get_sharding_spec(lin->weight), spec);
   EXPECT_EQ(metrics::counter_value("InputOutputAliasCount"), 3);
@@ -231,6 +232,43 @@ TEST_F(Spmd, MarkShardingOnPendingValues) {
   const std::string vis = xs::debugging::visualize_tensor_sharding(z);
   EXPECT_NE(vis.find("CPU 0"), std::string::npos) << vis;
   EXPECT_NE(vis.find("CPU 1"), std::string::npos) << vis;
+}
+
+// A Partial sum broadcast against a tiled value (BatchNorm's backward): reduced first.
+TEST_F(Spmd, PartialSumTimesTiledValue) {
+  devices(2);
+  xs::Mesh mesh(iota(2), {2}, {"data"});
+  Tensor a = host_iota({4, 3});
+  Tensor x = a.to(device());
+  xs::mark_sharding(x, mesh, {"data", xs::None});
+  Tensor y = x * x.sum({0}, true).expand({4, 3});
+  Tensor z = y.sum({0});
+  Tensor want = a * a.sum({0}, true).expand({4, 3});
+  EXPECT_EQ(y.cpu().to_vector<float>(), want.to_vector<float>());
+  EXPECT_EQ(z.cpu().to_vector<float>(), want.sum({0}).to_vector<float>());
+}
+
+// ---------------------------------------------------------------- S14 manual regions
+TEST_F(Spmd, ManualShardingRegion) {
+  devices(4);
+  xs::Mesh mesh(iota(4), {1, 4}, {"data", "model"});
+  Tensor a = host_iota({8, 8});
+  Tensor x = a.to(device());
+  Tensor xx = xs::enable_manual_sharding(x, {0, 1}, &mesh);
+  EXPECT_EQ(xx.shape(), (Shape{8, 2}));
+  EXPECT_EQ(xs::get_sharding_spec(xx), "{manual}");
+  EXPECT_EQ(xs::get_sharding_spec(x), "{devices=[1,4]0,1,2,3}") << "x itself is marked";
+  Tensor local = xx * 2.0 + 1.0;  // not partitioned: each device's [8, 2]
+  Tensor y = xs::disable_manual_sharding(local, {0, 1}, {8, 8}, &mesh);
+  EXPECT_EQ(y.shape(), (Shape{8, 8}));
+  EXPECT_EQ(xs::get_sharding_spec(y), "{devices=[1,4]0,1,2,3}");
+  EXPECT_EQ(y.cpu().to_vector<float>(), (a * 2.0 + 1.0).to_vector<float>());
+  EXPECT_NE(error_of([&] { xx.cpu(); }).find("a manual tensor holds one value per device"), std::string::npos);
+  EXPECT_NE(error_of([&] { xs::disable_manual_sharding(y, {0, 1}, {8, 8}, &mesh); }).find("expected a manual tensor"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { xs::disable_manual_sharding(xx, {0, 1}, {8, 12}, &mesh); }).find("is not the shard shape"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { xs::enable_manual_sharding(x, {0, 1}); }).find("no global mesh"), std::string::npos);
 }
 
 // ---------------------------------------------------------------- observability
@@ -468,6 +506,17 @@ TEST_F(Spmd, TwoRunsAreBitwiseIdentical) {
   const TrainRun b = train("mlp", 4, 5);
   EXPECT_EQ(a.losses, b.losses);
   EXPECT_EQ(a.params, b.params);
+}
+
+TEST_F(Spmd, ShardedDataOutsideSpmdIsAnError) {
+  devices(2);
+  xs::Mesh mesh(iota(2), {2}, {"data"});
+  Tensor t = host_iota({4, 2}).to(device());
+  xs::mark_sharding(t, mesh, {"data", xs::None});
+  spmd_off();
+  EXPECT_NE(error_of([&] { (t + 1.0).cpu(); }).find("is SPMD data (one shard per device) but SPMD is off"),
+            std::string::npos);
+  EXPECT_EQ(t.cpu().to_vector<float>(), host_iota({4, 2}).to_vector<float>()) << "its value can still be read";
 }
 
 TEST_F(Spmd, MultiProcessApisRefuseSpmd) {

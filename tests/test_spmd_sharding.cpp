@@ -136,7 +136,8 @@ TEST(SpmdDevices, BadValuesNameTheVariable) {
   for (const char* bad : {"0", "-2", "abc", "4x", "1e3", "99999999999999999999"}) {
     DeviceEnv env(bad);
     std::string e = error_of([] { axle::runtime::global_runtime_device_count(); });
-    EXPECT_NE(e.find(std::string("[runtime] AXLE_CPU_DEVICES=") + bad + " is not a device count"), std::string::npos) << e;
+    EXPECT_NE(e.find(std::string("[runtime] AXLE_CPU_DEVICES=") + bad + " is not a device count"), std::string::npos)
+        << e;
   }
   {
     DeviceEnv env(nullptr, "zero");
@@ -145,7 +146,8 @@ TEST(SpmdDevices, BadValuesNameTheVariable) {
   }
   {
     DeviceEnv env(nullptr, nullptr, "--xla_force_host_platform_device_count=");
-    EXPECT_NE(error_of([] { axle::runtime::global_runtime_device_count(); }).find("XLA_FLAGS=--xla_force_host_platform_device_count= is not"), std::string::npos);
+    std::string e = error_of([] { axle::runtime::global_runtime_device_count(); });
+    EXPECT_NE(e.find("XLA_FLAGS=--xla_force_host_platform_device_count= is not"), std::string::npos) << e;
   }
 }
 
@@ -597,7 +599,8 @@ TEST(SpmdSharding, ParseHloV1) {
   EXPECT_TRUE(spmd::parse_hlo_v1("{replicated}").replicated);
   EXPECT_TRUE(spmd::parse_hlo_v1("{manual}").manual);
   for (const char* bad : {"", "{devices=[2,2]0,1,2}", "{devices=[2]0,0}", "{devices=[2]0,1", "{devices=[0]}",
-                          "{devices=[2]0,1 extra}", "{devices=[4]0,1,2,3 last_tile_dim_replicate}", "{maximal device=0}"})
+                          "{devices=[2]0,1 extra}", "{devices=[4]0,1,2,3 last_tile_dim_replicate}",
+                          "{maximal device=0}"})
     EXPECT_NE(error_of([&] { spmd::parse_hlo_v1(bad); }).find(std::string("cannot read sharding '") + bad + "'"),
               std::string::npos)
         << bad;

@@ -139,6 +139,8 @@ Job make_job(const Graph& g, const Roots& roots, backend::ExecutablePtr ex,
   job.pending.resize(g.inputs.size());
   for (size_t i = 0; i < g.inputs.size(); ++i) {
     Node* n = g.nodes[size_t(g.inputs[i])];
+    AXLE_CHECK(n->shards.empty(), "[execute] input ", i, (n->label.empty() ? "" : " (" + n->label + ")"),
+               " is SPMD data (one shard per device) but SPMD is off; compute it under SPMD or read it with .cpu()");
     const bool give = donate && n->has_owner && n->owner.expired();
     if (n->pending) job.pending[i] = give ? std::move(n->pending) : n->pending;
     job.inputs.push_back(give ? std::move(n->data) : n->data);

@@ -268,13 +268,56 @@ std::string explain(const std::vector<Tensor>& outputs) {
   return "[spmd] no SPMD graph computed these tensors (they are data put on the device)\n";
 }
 
-Tensor enable_manual_sharding(const Tensor&, const PartitionSpec&, const Mesh*) {
-  AXLE_CHECK(false, "[enable_manual_sharding] not implemented yet in axle (manual sharding regions)");
-  return {};
+namespace {
+Mesh mesh_or_global(const Mesh* mesh, const char* op) {
+  if (mesh) return *mesh;
+  std::optional<Mesh> g = get_global_mesh();
+  AXLE_CHECK(g.has_value(), "[", op, "] no mesh given and no global mesh set (xs::set_global_mesh)");
+  return *g;
 }
-Tensor disable_manual_sharding(const Tensor&, const PartitionSpec&, const Shape&, const Mesh*) {
-  AXLE_CHECK(false, "[disable_manual_sharding] not implemented yet in axle (manual sharding regions)");
-  return {};
+// A new xla tensor of `shape` over `lt_shards` with sharding `s`.
+Tensor over_shards(const std::vector<Tensor>& shards, std::shared_ptr<const spmd::Sharding> s, const Shape& shape,
+                   const Tensor& like) {
+  auto out = std::make_shared<LazyTensor>();
+  out->shards = shards;
+  out->sharding = std::move(s);
+  out->label = "a manual-sharding view";
+  out->label_rank = lazy::kLabelOrigin;
+  lazy::detail::stats().create.add();
+  return lazy::detail::make_xla(shape, like.dtype(), like.device(), std::move(out));
+}
+}  // namespace
+
+Tensor enable_manual_sharding(const Tensor& t, const PartitionSpec& spec, const Mesh* mesh) {
+  check_spmd("enable_manual_sharding");
+  lazy_of(t, "enable_manual_sharding");
+  const Mesh m = mesh_or_global(mesh, "enable_manual_sharding");
+  Tensor marked = t;  // shares t's state: t itself is marked, as torch_xla
+  mark_sharding(marked, m, spec);
+  materialize(t);
+  LazyTensor& lt = *t.impl()->lazy;
+  AXLE_CHECK(!lt.shards.empty(), "[enable_manual_sharding] internal: the marked tensor has no shards");
+  spmd::Sharding s;
+  s.kind = spmd::Sharding::Kind::Manual;
+  s.mesh = spmd::mesh_by_id(spmd::mesh_id(m));
+  const Shape local = lt.sharding->shard_shape(t.shape());
+  return over_shards(lt.shards, std::make_shared<const spmd::Sharding>(std::move(s)), local, t);
+}
+
+Tensor disable_manual_sharding(const Tensor& t, const PartitionSpec& spec, const Shape& full_shape, const Mesh* mesh) {
+  check_spmd("disable_manual_sharding");
+  LazyTensor& lt = lazy_of(t, "disable_manual_sharding");
+  const Mesh m = mesh_or_global(mesh, "disable_manual_sharding");
+  materialize(t);
+  AXLE_CHECK(lt.sharding && lt.sharding->kind == spmd::Sharding::Kind::Manual && !lt.shards.empty(),
+             "[disable_manual_sharding] expected a manual tensor (from enable_manual_sharding, sharding {manual}), got ",
+             lt.sharding ? lt.sharding->to_hlo_v1() : std::string("an unannotated one"));
+  auto s = std::make_shared<const spmd::Sharding>(
+      spmd::Sharding::from_spec(m, spec, int64_t(full_shape.size()), "disable_manual_sharding"));
+  const Shape want = s->shard_shape(full_shape);
+  AXLE_CHECK(want == t.shape(), "[disable_manual_sharding] the local shape ", dims_str(t.shape()),
+             " is not the shard shape ", dims_str(want), " of ", dims_str(full_shape), " under ", s->to_hlo_v1());
+  return over_shards(lt.shards, std::move(s), full_shape, t);
 }
 
 namespace debugging {

@@ -151,8 +151,8 @@ Sharding Sharding::from_spec(const xs::Mesh& mesh, const xs::PartitionSpec& spec
       int a = -1;
       if (item[0] == '#') {
         a = std::stoi(item.substr(1));
-        AXLE_CHECK(a < mesh_rank, "[", op, "] partition spec entry ", d, " names mesh axis index ", a, ", but the mesh has ",
-                   mesh_rank, " axes (", axis_list(), ")");
+        AXLE_CHECK(a < mesh_rank, "[", op, "] partition spec entry ", d, " names mesh axis index ", a,
+                   ", but the mesh has ", mesh_rank, " axes (", axis_list(), ")");
       } else {
         auto idx = mesh.get_axis_name_idx(item);
         AXLE_CHECK(idx.has_value(), "[", op, "] partition spec entry ", d, " names mesh axis '", item,
