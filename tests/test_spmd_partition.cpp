@@ -544,6 +544,27 @@ TEST(SpmdValues, DataAndTensorParallelMlpOnA2dMesh) {
   EXPECT_EQ(p.outputs[0].str(), "{devices=[2,1,2]0,1,2,3 last_tile_dim_replicate}");
 }
 
+TEST(SpmdValues, ReshapesSplitMergeOrReplicate) {
+  auto m = mesh4();
+  auto one = [&](const Shape& from, const Sharding& s, const Shape& to) {
+    Builder b;
+    Ref x = b.input(from, s);
+    b.out(reshape(b, b.op(OpKind::Exp, {x}), to));
+    return expect_same_values(b, {randn(from)});
+  };
+  Partitioned p = one({12}, spec(m, {"data"}), {4, 3});  // split: the major dim takes the tiles
+  EXPECT_EQ(p.collectives.size(), 0u);
+  EXPECT_EQ(p.outputs[0].str(), "{devices=[4,1]0,1,2,3}");
+  p = one({5, 3, 2}, spec(m, {"data", xs::None, xs::None}), {5, 6});  // uneven batch, minor dims merged
+  EXPECT_EQ(p.collectives.size(), 0u);
+  EXPECT_EQ(p.outputs[0].str(), "{devices=[4,1]0,1,2,3}");
+  p = one({6}, spec(m, {"data"}), {2, 3});  // 2 rows cannot take 4 tiles: replicated first
+  EXPECT_EQ(kinds(p)["all-gather"], 1);
+  EXPECT_EQ(p.outputs[0].str(), "{replicated}");
+  p = one({5, 4}, spec(m, {"data", xs::None}), {20});  // an uneven major dim cannot merge
+  EXPECT_EQ(kinds(p)["all-gather"], 1);
+}
+
 TEST(SpmdValues, S8ReshardsKeepValues) {
   auto m = make_mesh(4, {2, 2}, {"a", "b"});
   auto one = [&](const Sharding& from, const Sharding& to, const Shape& s) {
