@@ -428,6 +428,26 @@ TEST(SpmdValues, APartialValueMeetingASplitOperandIsReducedFirst) {
   EXPECT_EQ(p.outputs[0].str(), "{devices=[4,1]0,1,2,3}");
 }
 
+TEST(SpmdPartition, ManualValuesAreNotPartitioned) {
+  // enable_manual_sharding's result: a value of the local shape, sharded {manual}. Ops on
+  // it run as written on every device; their outputs are manual.
+  auto m = mesh4();
+  Sharding man;
+  man.kind = Sharding::Kind::Manual;
+  man.mesh = m;
+  Builder b;
+  Ref x = b.input({8, 2}, man);
+  Ref c = b.input({}, repl(m));
+  Ref y = b.op(OpKind::Relu, {b.op(OpKind::Add, {x, c})});
+  b.out(y);
+  auto sh = propagate(b.p, b.shardings);
+  EXPECT_EQ(sh[size_t(y.node)][0].str(), "{manual}");
+  Partitioned p = b.partition();
+  EXPECT_EQ(p.collectives.size(), 0u);
+  EXPECT_EQ(p.outputs[0].str(), "{manual}");
+  EXPECT_EQ(p.local.nodes[size_t(p.local.outputs[0].node)].outs[0].shape, (Shape{8, 2}));
+}
+
 // ---- opaque fallback
 
 TEST(SpmdPartition, OpsWithoutARuleAreReplicatedAndListedOnce) {
