@@ -22,6 +22,7 @@
 #include "axle/axle.h"
 #include "compiler/program.h"
 #include "dist/dist_internal.h"
+#include "ops/op.h"
 #include "test_util.h"
 
 using namespace axle;
@@ -87,6 +88,11 @@ void check_collectives(int rank, int world, Device dev) {
   Tensor xi = from_vector(std::vector<int64_t>{0, k, 2 * k, 3 * k}, {4}).to(dev);  // int64 sum
   Tensor si = dist::all_reduce(xi);
   std::vector<Tensor> many = dist::all_reduce({x, x * 2.0, full({5}, 1.0).to(dev)}, dist::ReduceOp::Sum);
+  // all_to_all (Gloo's alltoall): row q of rank r goes to rank q, which stacks the rows it
+  // receives in rank order along dim 1.
+  Tensor rows = (arange(world, {.dtype = kFloat32}).reshape({world, 1}) + 100.0 * rank).to(dev);
+  Tensor a2a = ops::call1(ops::OpKind::AllToAll, {rows},
+                          ops::attr::AllToAll{.split_dim = 0, .concat_dim = 1, .group = 0, .world = world}.pack());
   if (dev.is_xla()) {
     EXPECT_EQ(s.device(), dev);
     axle::sync();  // one graph runs every collective above, in order
@@ -106,6 +112,10 @@ void check_collectives(int rank, int world, Device dev) {
   expect_values(many[0], iota_times(6, tri), "bucket 0");
   expect_values(many[1], iota_times(6, 2 * tri), "bucket 1");
   expect_values(many[2], std::vector<float>(5, float(world)), "bucket 2");
+  std::vector<float> aw;
+  for (int r = 0; r < world; ++r) aw.push_back(float(100 * r + rank));
+  EXPECT_EQ(a2a.shape(), (Shape{1, world}));
+  expect_values(a2a, aw, "all_to_all");
 }
 
 }  // namespace

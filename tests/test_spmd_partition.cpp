@@ -11,114 +11,39 @@
 #include <string>
 #include <vector>
 
-#include "axle/xs.h"
-#include "compiler/program.h"
-#include "core/tensor_impl.h"
-#include "ops/op.h"
-#include "spmd/device_count.h"
+#include "axle/axle.h"
 #include "spmd/partition.h"
 #include "spmd/rules.h"
-#include "spmd/sharding.h"
+#include "spmd_harness.h"
 
 using namespace axle;
 using namespace axle::spmd;
-using compiler::NodeKind;
-using compiler::PNode;
-using compiler::Program;
-using compiler::Ref;
-using ops::OpKind;
 
 namespace {
 
-// A mesh over n devices (the device count set to n for it).
-std::shared_ptr<const xs::Mesh> make_mesh(int64_t n, std::vector<int64_t> shape, std::vector<std::string> names) {
-  setenv("AXLE_CPU_DEVICES", std::to_string(n).c_str(), 1);
-  reset_device_count();
-  std::vector<int64_t> ids(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) ids[size_t(i)] = i;
-  return std::make_shared<const xs::Mesh>(ids, shape, names);
-}
-std::shared_ptr<const xs::Mesh> mesh4() { return make_mesh(4, {4}, {"data"}); }
+using namespace axle::spmd_test;
 
-Sharding spec(const std::shared_ptr<const xs::Mesh>& m, const xs::PartitionSpec& s) {
-  return Sharding::from_spec(*m, s, int64_t(s.size()), "test");
-}
-Sharding repl(const std::shared_ptr<const xs::Mesh>& m) { return Sharding::replicated(m); }
+std::shared_ptr<const xs::Mesh> mesh4() { return mesh1d(4); }
 
-Tensor meta_tensor(const ops::Meta& m) {
-  auto impl = std::make_shared<TensorImpl>();
-  impl->dtype = m.dtype;
-  impl->device = Device(DeviceType::XLA, 0);
-  impl->shape = m.shape;
-  impl->strides = contiguous_strides(m.shape);
-  impl->refresh();
-  return Tensor(std::move(impl));
+Ref reshape(Builder& b, Ref x, Shape s) { return b.op(OpKind::Reshape, {x}, ops::attr::Reshape{.shape = s}.pack()); }
+Ref permute(Builder& b, Ref x, Shape d) { return b.op(OpKind::Permute, {x}, ops::attr::Permute{.dims = d}.pack()); }
+Ref sum(Builder& b, Ref x, Shape dims, bool keepdim = false) {
+  return b.op(OpKind::Sum, {x}, ops::attr::Sum{.keepdim = keepdim, .dims = dims}.pack());
+}
+Ref amax(Builder& b, Ref x, Shape dims) {
+  return b.op(OpKind::Amax, {x}, ops::attr::Amax{.keepdim = false, .dims = dims}.pack());
 }
 
-// Builds a global Program; each op's outputs come from its shape rule.
-struct Builder {
-  Program p;
-  std::vector<Sharding> shardings;
-  std::vector<std::string> labels;
-  Ref input(const Shape& s, const Sharding& sh, const std::string& label = "") {
-    PNode n;
-    n.kind = NodeKind::Data;
-    n.input = p.num_inputs++;
-    n.outs = {{s, kFloat32}};
-    p.nodes.push_back(n);
-    shardings.push_back(sh);
-    labels.push_back(label);
-    return {int(p.nodes.size()) - 1, 0};
-  }
-  Ref op(OpKind k, std::vector<Ref> in, ops::Attrs a = {}) {
-    PNode n;
-    n.kind = NodeKind::Op;
-    n.op = k;
-    n.attrs = a;
-    n.operands = in;
-    ops::Tensors t;
-    for (const Ref& r : in) t.push_back(r.node < 0 ? Tensor() : meta_tensor(p.nodes[size_t(r.node)].outs[size_t(r.index)]));
-    n.outs = ops::op_def(k).infer(t, a);
-    p.nodes.push_back(n);
-    return {int(p.nodes.size()) - 1, 0};
-  }
-  Ref constrain(Ref x, const Sharding& s) {
-    std::vector<int64_t> enc;
-    encode(s, enc);
-    return op(OpKind::ShardingConstraint, {x}, ops::attr::ShardingConstraint{.on_grad = false, .sharding = enc}.pack());
-  }
-  Ref reshape(Ref x, Shape s) { return op(OpKind::Reshape, {x}, ops::attr::Reshape{.shape = s}.pack()); }
-  Ref permute(Ref x, Shape d) { return op(OpKind::Permute, {x}, ops::attr::Permute{.dims = d}.pack()); }
-  Ref sum(Ref x, Shape dims, bool keepdim = false) {
-    return op(OpKind::Sum, {x}, ops::attr::Sum{.keepdim = keepdim, .dims = dims}.pack());
-  }
-  Ref amax(Ref x, Shape dims) { return op(OpKind::Amax, {x}, ops::attr::Amax{.keepdim = false, .dims = dims}.pack()); }
-  void out(Ref r) { p.outputs.push_back(r); }
-  Partitioned partition(std::vector<std::optional<Sharding>> pins = {}) {
-    p.name = "test";
-    p.verify("built by the test");
-    PartitionOptions o;
-    o.output_pins = pins;
-    o.input_labels = labels;
-    return spmd::partition(p, shardings, o);
-  }
-};
-
-// Collectives by kind.
-std::map<std::string, int> kinds(const Partitioned& p) {
-  std::map<std::string, int> k;
-  for (const CollectiveNote& c : p.collectives) ++k[c.kind];
-  return k;
+// Partitions b's program, runs it on its device threads and checks every output equals
+// the single-device run's (within 1e-5 relative).
+Partitioned expect_same_values(Builder& b, const std::vector<Tensor>& in, std::vector<std::optional<Sharding>> pins = {}) {
+  Partitioned p = b.partition(pins);
+  const std::vector<Tensor> want = run_global(b.p, in), got = run_partitioned(p, b.p, in);
+  EXPECT_EQ(want.size(), got.size());
+  for (size_t j = 0; j < want.size() && j < got.size(); ++j) EXPECT_LE(max_rel_diff(got[j], want[j]), 1e-5) << "output " << j;
+  return p;
 }
-int count_local(const Partitioned& p, OpKind k) {
-  int c = 0;
-  for (const PNode& n : p.local.nodes) c += !n.dead && n.kind == NodeKind::Op && n.op == k;
-  return c;
-}
-int collective_ops(const Partitioned& p) {
-  return count_local(p, OpKind::AllReduce) + count_local(p, OpKind::AllGather) + count_local(p, OpKind::ReduceScatter) +
-         count_local(p, OpKind::AllToAll) + count_local(p, OpKind::CollectivePermute);
-}
+Tensor negative(const Shape& s) { return sub(neg(abs(randn(s))), 0.5); }  // all < 0
 
 }  // namespace
 
@@ -130,7 +55,7 @@ TEST(SpmdPropagate, ForwardFromAShardedInput) {
   Ref x = b.input({8, 6}, spec(m, {"data", xs::None}));
   Ref w = b.input({6}, repl(m));
   Ref y = b.op(OpKind::Relu, {b.op(OpKind::Add, {x, w})});
-  Ref s = b.sum(y, {1});
+  Ref s = sum(b, y, {1});
   b.out(s);
   auto sh = propagate(b.p, b.shardings);
   EXPECT_EQ(sh[size_t(y.node)][0].str(), "{devices=[4,1]0,1,2,3}");
@@ -143,7 +68,7 @@ TEST(SpmdPropagate, BackwardFromAConstraint) {
   Builder b;
   Ref x = b.input({8, 6}, repl(m));
   Ref e = b.op(OpKind::Exp, {x});
-  Ref t = b.permute(e, {1, 0});
+  Ref t = permute(b, e, {1, 0});
   Ref r = b.op(OpKind::Relu, {t});
   Ref c = b.constrain(r, spec(m, {xs::None, "data"}));
   b.out(b.op(OpKind::Neg, {c}));
@@ -208,7 +133,7 @@ TEST(SpmdPartition, S6ElementwiseAndTransposeNeedNoCollectives) {
   Ref w = b.input({6}, repl(m));
   Ref y = b.op(OpKind::Mul, {x, w});
   b.out(y);
-  b.out(b.permute(y, {1, 0}));
+  b.out(permute(b, y, {1, 0}));
   Partitioned p = b.partition();
   EXPECT_EQ(p.collectives.size(), 0u);
   EXPECT_EQ(collective_ops(p), 0);
@@ -223,9 +148,9 @@ TEST(SpmdPartition, S6ReshapeOfABatchShardedImageKeepsTheBatch) {
   auto m = mesh4();
   Builder b;
   Ref x = b.input({8, 3, 4, 5}, spec(m, {"data", xs::None, xs::None, xs::None}));
-  Ref f = b.reshape(x, {8, 60});        // (B, C, H, W) -> (B, CHW)
-  Ref u = b.reshape(f, {8, 1, 60});     // unsqueeze
-  Ref s = b.reshape(u, {8, 60});        // squeeze
+  Ref f = reshape(b, x, {8, 60});        // (B, C, H, W) -> (B, CHW)
+  Ref u = reshape(b, f, {8, 1, 60});     // unsqueeze
+  Ref s = reshape(b, u, {8, 60});        // squeeze
   b.out(f);
   b.out(u);
   b.out(s);
@@ -241,8 +166,8 @@ TEST(SpmdPartition, S6ReshapeOfABatchShardedImageKeepsTheBatch) {
 TEST(SpmdPartition, S6ReshapeMergingAShardedMinorDimReshardsOnce) {
   auto m = mesh4();
   Builder b;
-  Ref x = b.input({2, 8}, spec(m, {xs::None, "data"}), "x");
-  b.out(b.reshape(x, {16}));
+  Ref x = b.input({2, 8}, spec(m, {xs::None, "data"}), kFloat32, "x");
+  b.out(reshape(b, x, {16}));
   Partitioned p = b.partition();
   ASSERT_EQ(p.collectives.size(), 1u);
   EXPECT_EQ(p.collectives[0].kind, "all-gather");
@@ -308,8 +233,8 @@ TEST(SpmdPartition, S7cMegatronMlpIsOneAllReducePerForward) {
 TEST(SpmdPartition, S7dFsdpGathersTheWeightOnce) {
   auto m = make_mesh(4, {4}, {"fsdp"});
   Builder b;
-  Ref x = b.input({8, 16}, spec(m, {"fsdp", xs::None}), "x");
-  Ref w = b.input({32, 16}, spec(m, {"fsdp", xs::None}), "w");
+  Ref x = b.input({8, 16}, spec(m, {"fsdp", xs::None}), kFloat32, "x");
+  Ref w = b.input({32, 16}, spec(m, {"fsdp", xs::None}), kFloat32, "w");
   b.out(b.op(OpKind::Linear, {x, w}));
   Partitioned p = b.partition({spec(m, {"fsdp", xs::None})});
   auto k = kinds(p);
@@ -324,10 +249,10 @@ TEST(SpmdPartition, S7dFsdpGathersTheWeightOnce) {
 TEST(SpmdPartition, S7dFsdpWeightGradientIsReduceScattered) {
   auto m = make_mesh(4, {4}, {"fsdp"});
   Builder b;
-  Ref x = b.input({8, 16}, spec(m, {"fsdp", xs::None}), "x");
-  Ref g = b.input({8, 32}, spec(m, {"fsdp", xs::None}), "grad");
+  Ref x = b.input({8, 16}, spec(m, {"fsdp", xs::None}), kFloat32, "x");
+  Ref g = b.input({8, 32}, spec(m, {"fsdp", xs::None}), kFloat32, "grad");
   // dW = g^T @ x contracts the batch, sharded on both: Partial, then the weight's sharding.
-  Ref dw = b.op(OpKind::Matmul, {b.permute(g, {1, 0}), x});
+  Ref dw = b.op(OpKind::Matmul, {permute(b, g, {1, 0}), x});
   b.out(dw);
   Partitioned p = b.partition({spec(m, {"fsdp", xs::None})});
   auto k = kinds(p);
@@ -408,7 +333,7 @@ TEST(SpmdPartition, S8PartialToTiledIsAReduceScatter) {
   auto m = mesh4();
   Builder b;
   Ref x = b.input({8, 6}, spec(m, {"data", xs::None}));
-  Ref s = b.sum(x, {0});  // [6], partial over data
+  Ref s = sum(b, x, {0});  // [6], partial over data
   b.out(b.constrain(s, spec(m, {"data"})));
   Partitioned p = b.partition();
   EXPECT_EQ(kinds(p)["reduce-scatter"], 1);
@@ -424,9 +349,9 @@ TEST(SpmdPartition, UnevenReductionsMaskPaddingWithTheIdentity) {
   auto m = mesh4();
   Builder b;
   Ref x = b.input({5, 3}, spec(m, {"data", xs::None}));  // 5 rows on 4 devices: 2 each, padded
-  b.out(b.sum(x, {0}));
-  b.out(b.amax(x, {0}));
-  b.out(b.sum(x, {1}));  // not over the sharded dim: no mask
+  b.out(sum(b, x, {0}));
+  b.out(amax(b, x, {0}));
+  b.out(sum(b, x, {1}));  // not over the sharded dim: no mask
   Partitioned p = b.partition();
   std::vector<double> fills;
   for (const PNode& n : p.local.nodes)
@@ -443,7 +368,7 @@ TEST(SpmdPartition, EvenReductionsNeedNoMask) {
   auto m = mesh4();
   Builder b;
   Ref x = b.input({8, 3}, spec(m, {"data", xs::None}));
-  b.out(b.sum(x, {0}));
+  b.out(sum(b, x, {0}));
   Partitioned p = b.partition();
   EXPECT_EQ(count_local(p, OpKind::MaskPadding), 0);
   EXPECT_EQ(kinds(p)["all-reduce"], 1);
@@ -467,10 +392,40 @@ TEST(SpmdPartition, MeanOfAShardedDimDividesByTheGlobalCount) {
   Builder b;
   Ref x = b.input({6}, spec(m, {"data"}));
   Ref n = b.input({}, repl(m));
-  b.out(b.op(OpKind::Div, {b.sum(x, {0}), n}));
+  b.out(b.op(OpKind::Div, {sum(b, x, {0}), n}));
   Partitioned p = b.partition();
   EXPECT_EQ(kinds(p)["all-reduce"], 1);
   EXPECT_EQ(p.collectives.size(), 1u);
+}
+
+TEST(SpmdPartition, APartialValueIsReducedOnceForAllItsUses) {
+  // A gradient that is both an output and used by the update: one all-reduce.
+  auto m = mesh4();
+  Builder b;
+  Ref x = b.input({8, 6}, spec(m, {"data", xs::None}));
+  Ref w = b.input({6}, repl(m));
+  Ref g = sum(b, x, {0});
+  b.out(g);
+  b.out(b.op(OpKind::Sub, {w, g}));
+  b.out(b.op(OpKind::Add, {w, g}));
+  Partitioned p = b.partition();
+  EXPECT_EQ(p.collectives.size(), 1u);
+  EXPECT_EQ(count_local(p, OpKind::AllReduce), 1);
+}
+
+TEST(SpmdValues, APartialValueMeetingASplitOperandIsReducedFirst) {
+  // BatchNorm's backward: a per-channel sum over the split batch (Partial) times, or
+  // expanded and added to, batch-split activations. The product is split on the batch, so
+  // it cannot stay Partial over the same axis.
+  auto m = mesh4();
+  Builder b;
+  Ref x = b.input({8, 6}, spec(m, {"data", xs::None}));
+  Ref s = sum(b, x, {0}, true);  // [1, 6], partial(data)
+  b.out(b.op(OpKind::Mul, {s, x}));
+  b.out(b.op(OpKind::Add, {b.op(OpKind::Expand, {s}, ops::attr::Expand{.shape = {8, 6}}.pack()), x}));
+  Partitioned p = expect_same_values(b, {randn({8, 6})});
+  EXPECT_EQ(kinds(p)["all-reduce"], 1);
+  EXPECT_EQ(p.outputs[0].str(), "{devices=[4,1]0,1,2,3}");
 }
 
 // ---- opaque fallback
@@ -493,7 +448,7 @@ TEST(SpmdPartition, OpsWithoutARuleAreReplicatedAndListedOnce) {
 TEST(SpmdPartition, FullRematerializationWarns) {
   auto m = make_mesh(4, {2, 2}, {"a", "b"});
   Builder b;
-  Ref x = b.input({8, 8}, spec(m, {"a", "b"}), "x");
+  Ref x = b.input({8, 8}, spec(m, {"a", "b"}), kFloat32, "x");
   // dims (a, b) -> (b, a): no single collective does it.
   b.out(b.constrain(b.op(OpKind::Exp, {x}), spec(m, {"b", "a"})));
   Partitioned p = b.partition();
@@ -501,10 +456,113 @@ TEST(SpmdPartition, FullRematerializationWarns) {
   EXPECT_EQ(kinds(p)["collective-permute"], 1);
   EXPECT_TRUE(p.warnings.empty());
   Builder c;
-  Ref y = c.input({8, 8}, spec(m, {"a", xs::None}), "y");
+  Ref y = c.input({8, 8}, spec(m, {"a", xs::None}), kFloat32, "y");
   c.out(c.constrain(c.op(OpKind::Exp, {y}), spec(m, {"b", "a"})));
   Partitioned q = c.partition();
   ASSERT_EQ(q.warnings.size(), 1u);
   EXPECT_NE(q.warnings[0].find("full rematerialization"), std::string::npos) << q.warnings[0];
   EXPECT_NE(explain_table(q, "g").find("warning: full rematerialization"), std::string::npos);
+}
+
+// ---- values: the partitioned program on 4 device threads equals one device
+
+TEST(SpmdValues, S5UnevenReductionsOnNegativeData) {
+  for (int64_t n : {4, 3}) {
+    auto m = make_mesh(n, {n}, {"data"});
+    Builder b;
+    Ref x = b.input({n + 1}, spec(m, {"data"}));  // every shard 2 long; the tail all padding
+    Ref cnt = b.input({}, repl(m));
+    b.out(sum(b, x, {0}));
+    b.out(b.op(OpKind::Div, {sum(b, x, {0}), cnt}));  // mean
+    b.out(amax(b, x, {0}));
+    b.out(sum(b, b.op(OpKind::Exp, {x}), {0}));  // exp(padding) = 1 where unmasked
+    b.out(b.op(OpKind::Amin, {b.op(OpKind::Neg, {x})}, ops::attr::Amin{.keepdim = false, .dims = {0}}.pack()));
+    Ref y = b.input({3, n + 1}, spec(m, {xs::None, "data"}));
+    b.out(b.op(OpKind::Softmax, {y}, ops::attr::Softmax{.dim = 1}.pack()));  // over the sharded last dim
+    b.out(sum(b, y, {1}));
+    expect_same_values(b, {negative({n + 1}), full({}, double(n + 1)), negative({3, n + 1})});
+  }
+}
+
+TEST(SpmdValues, S7DotRules) {
+  auto m = mesh4();
+  {  // (a) contracting-sharded, uneven K
+    Builder b;
+    Ref x = b.input({6, 7}, spec(m, {xs::None, "data"}));
+    Ref w = b.input({7, 5}, spec(m, {"data", xs::None}));
+    b.out(b.op(OpKind::Matmul, {x, w}));
+    expect_same_values(b, {randn({6, 7}), randn({7, 5})});
+  }
+  {  // (b) batch-sharded x, replicated w
+    Builder b;
+    Ref x = b.input({9, 7}, spec(m, {"data", xs::None}));
+    Ref w = b.input({7, 5}, repl(m));
+    b.out(b.op(OpKind::Matmul, {x, w}));
+    expect_same_values(b, {randn({9, 7}), randn({7, 5})});
+  }
+  {  // (c) Megatron MLP with biases
+    Builder b;
+    Ref x = b.input({8, 16}, repl(m));
+    Ref w1 = b.input({32, 16}, spec(m, {"data", xs::None}));
+    Ref b1 = b.input({32}, spec(m, {"data"}));
+    Ref w2 = b.input({16, 32}, spec(m, {xs::None, "data"}));
+    Ref b2 = b.input({16}, repl(m));
+    Ref h = b.op(OpKind::Relu, {b.op(OpKind::Linear, {x, w1, b1})});
+    b.out(b.op(OpKind::Linear, {h, w2, b2}));
+    Partitioned p = expect_same_values(b, {randn({8, 16}), randn({32, 16}), randn({32}), randn({16, 32}), randn({16})});
+    EXPECT_EQ(kinds(p)["all-reduce"], 1);
+  }
+  {  // (d) FSDP: weight gathered, the weight gradient reduce-scattered
+    auto f = make_mesh(4, {4}, {"fsdp"});
+    Builder b;
+    Ref x = b.input({8, 16}, spec(f, {"fsdp", xs::None}));
+    Ref w = b.input({32, 16}, spec(f, {"fsdp", xs::None}));
+    Ref g = b.input({8, 32}, spec(f, {"fsdp", xs::None}));
+    b.out(b.op(OpKind::Linear, {x, w}));
+    b.out(b.op(OpKind::Matmul, {permute(b, g, {1, 0}), x}));
+    Partitioned p = expect_same_values(b, {randn({8, 16}), randn({32, 16}), randn({8, 32})},
+                                       {spec(f, {"fsdp", xs::None}), spec(f, {"fsdp", xs::None})});
+    EXPECT_EQ(kinds(p)["all-gather"], 1);
+    EXPECT_EQ(kinds(p)["reduce-scatter"], 1);
+  }
+}
+
+TEST(SpmdValues, DataAndTensorParallelMlpOnA2dMesh) {
+  // x split on data, W1 column- and W2 row-split on model: one all-reduce, over the model
+  // axis only (groups {0,1} and {2,3}), and the output stays split on data.
+  auto m = make_mesh(4, {2, 2}, {"data", "model"});
+  Builder b;
+  Ref x = b.input({6, 8}, spec(m, {"data", xs::None}));
+  Ref w1 = b.input({10, 8}, spec(m, {"model", xs::None}));
+  Ref w2 = b.input({8, 10}, spec(m, {xs::None, "model"}));
+  Ref h = b.op(OpKind::Gelu, {b.op(OpKind::Linear, {x, w1})});
+  b.out(b.op(OpKind::Linear, {h, w2}));
+  Partitioned p = expect_same_values(b, {randn({6, 8}), randn({10, 8}), randn({8, 10})});
+  EXPECT_EQ(kinds(p)["all-reduce"], 1);
+  EXPECT_EQ(p.collectives.size(), 1u);
+  EXPECT_EQ(p.collectives[0].from, "partial(model) {devices=[2,1,2]0,1,2,3 last_tile_dim_replicate}");
+  EXPECT_EQ(p.outputs[0].str(), "{devices=[2,1,2]0,1,2,3 last_tile_dim_replicate}");
+}
+
+TEST(SpmdValues, S8ReshardsKeepValues) {
+  auto m = make_mesh(4, {2, 2}, {"a", "b"});
+  auto one = [&](const Sharding& from, const Sharding& to, const Shape& s) {
+    Builder b;
+    Ref x = b.input(s, from);
+    b.out(b.constrain(b.op(OpKind::Exp, {x}), to));
+    return expect_same_values(b, {randn(s)});
+  };
+  const Shape s{6, 5};  // uneven on 4 and on 2
+  EXPECT_EQ(kinds(one(spec(m, {xs::axes("a", "b"), xs::None}), spec(m, {xs::None, xs::axes("a", "b")}), s))["all-to-all"], 1);
+  EXPECT_EQ(kinds(one(spec(m, {xs::axes("a", "b"), xs::None}), spec(m, {xs::axes("b", "a"), xs::None}), s))["collective-permute"], 1);
+  EXPECT_EQ(kinds(one(spec(m, {"a", "b"}), repl(m), s))["all-gather"], 2);
+  EXPECT_EQ(one(repl(m), spec(m, {"b", "a"}), s).collectives.size(), 0u);
+  EXPECT_EQ(kinds(one(spec(m, {"a", xs::None}), spec(m, {"a", "b"}), s)).size(), 0u);  // a local slice
+  EXPECT_EQ(one(spec(m, {"a", xs::None}), spec(m, {"b", "a"}), s).warnings.size(), 1u);
+  {  // partial -> tiled: reduce-scatter, uneven
+    Builder b;
+    Ref x = b.input({6, 5}, spec(m, {xs::axes("a", "b"), xs::None}));
+    b.out(b.constrain(sum(b, x, {0}), spec(m, {xs::axes("a", "b")})));
+    EXPECT_EQ(kinds(expect_same_values(b, {randn({6, 5})}))["reduce-scatter"], 1);
+  }
 }

@@ -21,6 +21,15 @@ using axle::test::error_of;
 namespace xs = axle::xs;
 namespace spmd = axle::spmd;
 
+// Readable failures: shardings, meshes and slices print as text.
+namespace axle::spmd {
+void PrintTo(const Sharding& s, std::ostream* os) { *os << s.str(); }
+}  // namespace axle::spmd
+namespace axle::xs {
+void PrintTo(const Mesh& m, std::ostream* os) { *os << m.str(); }
+void PrintTo(const Slice& s, std::ostream* os) { *os << "[" << s.start << ", " << s.stop << ")"; }
+}  // namespace axle::xs
+
 namespace {
 
 // Sets the three device-count variables for one test (nullptr: unset) and restores them,
@@ -127,16 +136,18 @@ TEST(SpmdDevices, BadValuesNameTheVariable) {
   for (const char* bad : {"0", "-2", "abc", "4x", "1e3", "99999999999999999999"}) {
     DeviceEnv env(bad);
     std::string e = error_of([] { axle::runtime::global_runtime_device_count(); });
-    EXPECT_NE(e.find(std::string("AXLE_CPU_DEVICES: ") + bad + " is not a device count"), std::string::npos) << e;
+    EXPECT_NE(e.find(std::string("[runtime] AXLE_CPU_DEVICES=") + bad + " is not a device count"), std::string::npos)
+        << e;
   }
   {
     DeviceEnv env(nullptr, "zero");
-    EXPECT_NE(error_of([] { axle::runtime::global_runtime_device_count(); }).find("CPU_NUM_DEVICES: zero"),
+    EXPECT_NE(error_of([] { axle::runtime::global_runtime_device_count(); }).find("CPU_NUM_DEVICES=zero is not"),
               std::string::npos);
   }
   {
     DeviceEnv env(nullptr, nullptr, "--xla_force_host_platform_device_count=");
-    EXPECT_NE(error_of([] { axle::runtime::global_runtime_device_count(); }).find("XLA_FLAGS: "), std::string::npos);
+    std::string e = error_of([] { axle::runtime::global_runtime_device_count(); });
+    EXPECT_NE(e.find("XLA_FLAGS=--xla_force_host_platform_device_count= is not"), std::string::npos) << e;
   }
 }
 
@@ -440,6 +451,15 @@ TEST(SpmdSharding, UnevenMatrixRoundTrips) {
   EXPECT_EQ(shards[3].shape(), (axle::Shape{3, 4}));
   // device 3 holds rows 3..4 and cols 4..6, then a zero column and a zero row
   EXPECT_EQ(values(shards[3]), (std::vector<float>{-26, -27, -28, 0, -33, -34, -35, 0, 0, 0, 0, 0}));
+  // a scalar (spec {}) and an empty tensor round-trip too
+  auto scalar = spmd::Sharding::from_spec(m, {}, 0, "test");
+  auto ss = spmd::shard_host(axle::scalar_tensor(-7), scalar);
+  ASSERT_EQ(ss.size(), 4u);
+  EXPECT_EQ(values(ss[3]), std::vector<float>{-7});
+  EXPECT_EQ(values(spmd::assemble_host(ss, scalar, {})), std::vector<float>{-7});
+  auto es = spmd::shard_host(axle::zeros({0, 7}), s);
+  EXPECT_EQ(es[0].shape(), (axle::Shape{0, 4}));
+  EXPECT_EQ(spmd::assemble_host(es, s, {0, 7}).shape(), (axle::Shape{0, 7}));
   // other dtypes take the same path
   Tensor ints = axle::arange(1, 36).reshape({5, 7});
   auto is = spmd::shard_host(ints, s);
@@ -554,6 +574,23 @@ TEST(SpmdSharding, EncodeDecodeRoundTrips) {
   EXPECT_NE(error_of([] { spmd::mesh_by_id(1 << 30); }).find("no mesh with id"), std::string::npos);
 }
 
+TEST(SpmdSharding, MalformedShardingsAreErrors) {
+  DeviceEnv env("4");
+  xs::Mesh m(iota(4), {2, 2}, {"data", "model"});
+  spmd::Sharding s = spmd::Sharding::from_spec(m, {"data", xs::None}, 2, "t");
+  EXPECT_NE(error_of([&] { s.replica_id(9); }).find("device 9 is not in"), std::string::npos);
+  EXPECT_NE(error_of([&] { s.range(0, -1, 4); }).find("device -1 is not in"), std::string::npos);
+  s.dim_axes[1] = {5};  // no such mesh axis
+  EXPECT_NE(error_of([&] { s.to_hlo_v1(); }).find("mesh axis 5 out of range"), std::string::npos);
+  EXPECT_NE(error_of([&] { s.tile_index(1, 0); }).find("mesh axis 5 out of range"), std::string::npos);
+  s.dim_axes[1] = {0};  // axis 0 splits two dims
+  EXPECT_NE(error_of([&] { s.to_hlo_v1(); }).find("listed twice"), std::string::npos);
+  spmd::Sharding p = spmd::Sharding::replicated();
+  p.partial_axes = {0};  // partial without a mesh
+  EXPECT_NE(error_of([&] { spmd::shard_host(axle::zeros({2}), p); }).find("without a mesh"), std::string::npos);
+  EXPECT_NE(error_of([&] { spmd::assemble_host({}, p, {2}); }), "(no error)");
+}
+
 TEST(SpmdSharding, ParseHloV1) {
   auto t = spmd::parse_hlo_v1("{devices=[1,2,2]0,2,1,3 last_tile_dim_replicate}");
   EXPECT_EQ(t.dims, (std::vector<int64_t>{1, 2, 2}));
@@ -562,7 +599,8 @@ TEST(SpmdSharding, ParseHloV1) {
   EXPECT_TRUE(spmd::parse_hlo_v1("{replicated}").replicated);
   EXPECT_TRUE(spmd::parse_hlo_v1("{manual}").manual);
   for (const char* bad : {"", "{devices=[2,2]0,1,2}", "{devices=[2]0,0}", "{devices=[2]0,1", "{devices=[0]}",
-                          "{devices=[2]0,1 extra}", "{devices=[4]0,1,2,3 last_tile_dim_replicate}", "{maximal device=0}"})
+                          "{devices=[2]0,1 extra}", "{devices=[4]0,1,2,3 last_tile_dim_replicate}",
+                          "{maximal device=0}"})
     EXPECT_NE(error_of([&] { spmd::parse_hlo_v1(bad); }).find(std::string("cannot read sharding '") + bad + "'"),
               std::string::npos)
         << bad;

@@ -131,7 +131,7 @@ struct XLAShard {
   Tensor data;                                ///< the padded local shard, on cpu
   std::optional<std::vector<Slice>> indices;  ///< the global ranges it holds; nullopt: all (replicated)
   std::string shard_device;                   ///< "CPU:2"
-  int replica_id = 0;                         ///< 0 for tiled; the device for replicated; the group for partial
+  int replica_id = 0;                         ///< 0 tiled; the device if replicated; its index in its group if partial
   /// `data` without its padding (the part `indices` names).
   Tensor unpadded_data() const;
 };
@@ -177,7 +177,8 @@ void use_spmd(bool auto_sharding = false);
 bool is_spmd();
 /// The virtual cpu devices of this process: AXLE_CPU_DEVICES (or CPU_NUM_DEVICES, or
 /// XLA_FLAGS=--xla_force_host_platform_device_count=N; disagreeing values are an error
-/// naming both), default 1.
+/// naming both; each must be an integer 1..4096, an empty one counts as unset), default 1.
+/// Read once, at the first call.
 int64_t global_runtime_device_count();
 int64_t addressable_runtime_device_count();
 }  // namespace axle::runtime

@@ -15,7 +15,7 @@ struct LazyDeviceHooks {
   /// Copies a cpu tensor to the lazy device `d`.
   Tensor (*to_device)(const Tensor& cpu_tensor, Device d) = nullptr;
   /// Tensor::set_data replaced `t`'s lazy state `old`: `t` keeps the name `old` gave it in
-  /// explanations ("parameter fc1.weight").
+  /// explanations ("parameter fc1.weight") and, under SPMD, its sharding.
   void (*keep_label)(const Tensor& t, const lazy::LazyTensor& old) = nullptr;
 };
 void set_lazy_device_hooks(const LazyDeviceHooks& h);

@@ -36,6 +36,12 @@ bool had_comm_failure();
 /// makes a later launch() fail (seed anti-pattern 1).
 void note_device_requested();
 
+/// SPMD mode (runtime::use_spmd, AXLE_USE_SPMD=1; XLA_USE_SPMD=1 with a deprecation
+/// warning): one process drives every local device, so init_process_group("xla") and
+/// multi-process launch() refuse to run. The flag lives here, the lowest layer reading it.
+bool spmd_mode();
+void set_spmd_mode(bool on);
+
 /// "sum", "mean", "min", "max".
 const char* reduce_op_name(ReduceOp op);
 

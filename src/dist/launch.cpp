@@ -481,6 +481,13 @@ void launch(const std::function<void(int)>& fn, const LaunchOptions& opts) {
     if (target && seq < std::atoi(target)) return;
     run_child(fn);  // does not return
   }
+  if (dist::detail::spmd_mode()) {
+    const int n = opts.nprocs ? opts.nprocs : opts.world_size;
+    AXLE_CHECK(n <= 1, "[launch] SPMD drives all local devices from one process: run one process per host (got nprocs = ",
+               n, ")");
+    run_here(fn, 0);
+    return;
+  }
   check_device_unused("before launch()");
   if (j.external) {
     // torchrun-style: this process is one rank already.

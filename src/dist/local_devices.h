@@ -20,8 +20,11 @@ int this_device();
 /// Runs fn(d) for d = 0..n-1, each on its own persistent device thread (the threads are
 /// reused across calls) with `threads_per_device` OpenMP threads, and returns when all have
 /// finished. If any fn throws, the local groups are aborted (peers waiting in a collective
-/// throw at once instead of waiting for the timeout) and the error of the lowest failing
-/// device is rethrown as axle::Error "[spmd] device k failed: ...". Not reentrant.
+/// throw at once instead of waiting for the timeout) and the error of the device that caused
+/// it is rethrown as axle::Error "[spmd] device k failed: ...": the lowest device whose own
+/// code threw, else the lowest whose collective failed (timeout, mismatch, a peer that
+/// finished without reaching it), never one that was only aborted. Not reentrant (one run
+/// at a time; calls from other threads wait).
 void run_on_devices(int n, const std::function<void(int)>& fn, int threads_per_device);
 
 /// The id of the in-process group over devices `groups` (a partition of 0..n-1 into equal-

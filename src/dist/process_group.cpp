@@ -741,6 +741,9 @@ void init_process_group(const std::string& backend, const std::string& init_meth
              backend, "\"");
   AXLE_CHECK(init_method == "xla://" || init_method == "env://" || init_method.empty(),
              "[init_process_group] expected init_method \"xla://\" or \"env://\", got \"", init_method, "\"");
+  AXLE_CHECK(!(backend == "xla" && detail::spmd_mode()),
+             "[init_process_group] backend \"xla\" is not available under SPMD: the partitioner inserts all "
+             "collectives; use \"gloo\" for checkpoint coordination");
   default_group();
 }
 

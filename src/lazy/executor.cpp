@@ -11,6 +11,7 @@
 
 #include "compiler/disk_cache.h"
 #include "backend/backend.h"
+#include "dist/dist_internal.h"
 #include "lazy/lazy_internal.h"
 
 namespace axle::lazy {
@@ -59,10 +60,6 @@ Cache& cache() {
 namespace detail {
 
 // ---- Phase 1: collect roots. One root per distinct value; several tensors may share one.
-struct Roots {
-  std::vector<Value> values;
-  std::vector<size_t> which;  ///< per target, its root
-};
 Roots collect_roots(const std::vector<std::shared_ptr<LazyTensor>>& targets) {
   Roots r;
   std::unordered_map<const Node*, std::vector<std::pair<int, size_t>>> root_of;
@@ -142,6 +139,8 @@ Job make_job(const Graph& g, const Roots& roots, backend::ExecutablePtr ex,
   job.pending.resize(g.inputs.size());
   for (size_t i = 0; i < g.inputs.size(); ++i) {
     Node* n = g.nodes[size_t(g.inputs[i])];
+    AXLE_CHECK(n->shards.empty(), "[execute] input ", i, (n->label.empty() ? "" : " (" + n->label + ")"),
+               " is SPMD data (one shard per device) but SPMD is off; compute it under SPMD or read it with .cpu()");
     const bool give = donate && n->has_owner && n->owner.expired();
     if (n->pending) job.pending[i] = give ? std::move(n->pending) : n->pending;
     job.inputs.push_back(give ? std::move(n->data) : n->data);
@@ -193,6 +192,8 @@ std::vector<Tensor> run_job(Job& job) {
 void execute(const std::vector<std::shared_ptr<LazyTensor>>& targets, const char* cause, const std::string& name,
              bool donate) {
   if (targets.empty()) return;
+  if (dist::detail::spmd_mode()) [[unlikely]]
+    return execute_spmd(targets, cause, name, donate);
   std::optional<metrics::ScopedTimer> cut(std::in_place, stats().graph_cut);
   Roots roots = collect_roots(targets);
   Graph g = build_graph(roots.values);
@@ -269,6 +270,7 @@ void clear_graph_cache() {
   std::lock_guard<std::mutex> lock(c.mu);
   c.lru.clear();
   c.map.clear();
+  clear_spmd_cache();
 }
 
 }  // namespace axle::lazy

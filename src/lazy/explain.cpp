@@ -6,6 +6,7 @@
 #include <map>
 #include <mutex>
 
+#include "dist/dist_internal.h"
 #include "lazy/lazy_internal.h"
 
 namespace axle::lazy {
@@ -19,6 +20,8 @@ Summary summarize(const Graph& g) {
     const Node* n = g.nodes[size_t(i)];
     s.inputs.push_back(meta_str(n->outs[0]));
     s.labels.push_back(!n->label.empty() ? n->label : n->has_owner ? "device data computed earlier" : "");
+    if (dist::detail::spmd_mode()) [[unlikely]]
+      s.shardings.push_back(n->sharding ? n->sharding->str() : "{replicated}");
   }
   for (const Node* n : g.nodes) {
     if (n->kind != NodeKind::Op) continue;
@@ -51,6 +54,14 @@ std::string explain_difference(const Summary& prev, const Summary& cur) {
     changed.push_back("number of inputs changed from " + std::to_string(prev.inputs.size()) + " to " +
                       std::to_string(cur.inputs.size()));
   if (!changed.empty()) return join_capped(changed, "inputs");
+  // SPMD: the same inputs, sharded differently.
+  for (size_t i = 0; i < std::min(prev.shardings.size(), cur.shardings.size()); ++i)
+    if (prev.shardings[i] != cur.shardings[i]) {
+      const std::string& label = cur.labels[i].empty() ? prev.labels[i] : cur.labels[i];
+      changed.push_back("sharding of input " + std::to_string(i) + (label.empty() ? "" : " (" + label + ")") +
+                        " changed from " + prev.shardings[i] + " to " + cur.shardings[i]);
+    }
+  if (!changed.empty()) return join_capped(changed, "input shardings");
   for (size_t i = 0; i < std::min(prev.nodes.size(), cur.nodes.size()); ++i)
     if (prev.nodes[i] != cur.nodes[i]) return "op " + std::to_string(i) + " changed from " + prev.nodes[i] + " to " + cur.nodes[i];
   if (prev.nodes.size() != cur.nodes.size())

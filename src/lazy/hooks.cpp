@@ -2,6 +2,7 @@
 #include "lazy/hooks.h"
 
 #include "core/hooks.h"
+#include "dist/dist_internal.h"
 #include "lazy/ir.h"
 #include "ops/hooks.h"
 
@@ -14,6 +15,14 @@ void register_hooks() {
       .keep_label =
           [](const Tensor& t, const LazyTensor& old) {
             if (old.label_rank > 0) set_label(t, old.label, LabelRank(old.label_rank));
+            // SPMD: an in-place update keeps the tensor's sharding, and the new pending
+            // value remembers the data it replaces (its buffer may be donated).
+            if ((old.sharding || old.data_node) && dist::detail::spmd_mode()) [[unlikely]] {
+              LazyTensor& now = *t.impl()->lazy;
+              if (!now.ir) return;
+              if (!now.sharding) now.sharding = old.sharding;
+              if (old.data_node && !old.ir) now.updates = old.data_node;
+            }
           },
   });
   ops::set_hooks(ops::LazyHooks{

@@ -8,12 +8,14 @@
 #include "axle/metrics.h"
 #include "compiler/program.h"
 #include "ops/op.h"
+#include "spmd/sharding.h"
 
 namespace axle::lazy {
 
 struct Node;
 using NodePtr = std::shared_ptr<Node>;
 struct Execution;
+struct SpmdProgram;  ///< a compiled SPMD graph (spmd_exec.cpp)
 
 /// One output of a graph dispatched to the device thread (async execution): `value` is
 /// written by the device thread before `producer` is done; read it through ready_buffer.
@@ -45,6 +47,10 @@ struct Node {
   bool has_owner = false;
   double scalar = 0;  ///< Constant: its value
   std::string label;  ///< Data: what this input is, for AXLE_DEBUG ("parameter fc1.weight", ...)
+  /// Data under SPMD: the owner's sharding (null: unannotated, i.e. replicated) and, for
+  /// materialised SPMD data, one padded shard per device (then `data` is empty).
+  std::shared_ptr<const spmd::Sharding> sharding;
+  std::vector<Tensor> shards;
   /// Kind, op, attrs, output metas, constant value and the operands' hashes: computed
   /// once when the node is made (seal_node), so cutting a graph never rehashes its nodes.
   uint64_t hash = 0;
@@ -57,6 +63,7 @@ struct Node {
 /// What an xla tensor holds: pending IR, or materialised device data. Shared by a
 /// tensor and its detached aliases, so materialising one materialises all.
 struct LazyTensor {
+  LazyTensor();   ///< counts live lazy states (use_spmd warns when some exist)
   ~LazyTensor();  ///< counts DestroyXlaTensor
   Value ir;           ///< pending computation; null once materialised
   Tensor buffer;      ///< device data: a dense cpu tensor (contiguous, or e.g. channels-last)
@@ -66,6 +73,20 @@ struct LazyTensor {
   NodePtr data_node;  ///< the Data node that stands for `buffer` in graphs
   std::string label;  ///< what this tensor is, for explanations (see set_label)
   int label_rank = 0; ///< a LabelRank: a label replaces only one of equal or lower rank
+  // ---- SPMD (runtime::is_spmd()); unused otherwise.
+  /// The tensor's sharding: set by xs::mark_sharding, by an SPMD execution that computed
+  /// it, and kept when Tensor::set_data replaces the state (in-place updates); null:
+  /// unannotated (replicated when used).
+  std::shared_ptr<const spmd::Sharding> sharding;
+  /// Materialised SPMD data: one padded shard per device, in device order (then `buffer`
+  /// is empty). Unsharded data put on the device keeps `buffer` until it is used.
+  std::vector<Tensor> shards;
+  /// Pending state made by set_data over data: that data's node. An execution computing
+  /// this tensor from that node updates it in place (its output is pinned to the input's
+  /// sharding; InputOutputAliasCount).
+  std::weak_ptr<Node> updates;
+  /// The SPMD graph that computed this tensor (for xs::explain); null otherwise.
+  std::shared_ptr<const SpmdProgram> producer;
 };
 
 /// The tensor's device data: waits for the execution that produces it (only that one)

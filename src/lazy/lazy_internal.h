@@ -15,6 +15,7 @@
 #include "backend/backend.h"
 #include "lazy/graph.h"
 #include "lazy/ir.h"
+#include "spmd/partition.h"
 
 namespace axle::lazy::detail {
 
@@ -37,11 +38,13 @@ struct Stats {
 Stats& stats();
 
 // tracer.cpp
+extern std::atomic<int64_t> g_live_lazy;  ///< LazyTensor states alive now
 Tensor make_xla(const Shape& shape, DType dtype, Device dev, std::shared_ptr<LazyTensor> lt);
 
 // explain.cpp
 struct Summary {
   std::vector<std::string> inputs, labels, nodes;
+  std::vector<std::string> shardings;  ///< per input under SPMD ("{replicated}" when unannotated); else empty
 };
 Summary summarize(const Graph& g);
 std::string explain_difference(const Summary& prev, const Summary& cur);
@@ -51,6 +54,12 @@ std::string& last_explanation_text();  ///< guarded by debug_mu()
 void on_uncached_compile(const Graph& g, const std::string& name, const char* cause);
 
 // executor.cpp
+/// One root per distinct value; several tensors may share one.
+struct Roots {
+  std::vector<Value> values;
+  std::vector<size_t> which;  ///< per target, its root
+};
+Roots collect_roots(const std::vector<std::shared_ptr<LazyTensor>>& targets);
 // `donate`: a full sync, after which no IR survives; buffers of tensors that no
 // longer exist are handed to the executable, which may overwrite them.
 void execute(const std::vector<std::shared_ptr<LazyTensor>>& targets, const char* cause, const std::string& name,
@@ -66,6 +75,22 @@ Registry& registry();
 
 // eager.cpp
 extern std::atomic<bool> g_eager;
+
+// spmd_exec.cpp: the executor's path under SPMD (runtime::is_spmd()): the graph is
+// partitioned for the devices and run on each (dist::run_on_devices).
+void execute_spmd(const std::vector<std::shared_ptr<LazyTensor>>& targets, const char* cause,
+                  const std::string& name, bool donate);
+/// Compiles (or finds in the cache) the SPMD graph of `targets` without running it.
+std::shared_ptr<const SpmdProgram> compile_spmd(const std::vector<std::shared_ptr<LazyTensor>>& targets,
+                                                const std::string& name);
+/// The sharding an SPMD execution of `lt`'s pending graph would give it (propagation
+/// only, nothing runs): xs::inferred_sharding.
+spmd::Sharding infer_sharding(const std::shared_ptr<LazyTensor>& lt);
+/// A materialised SPMD tensor's value on the host (assembles its shards; ReplicateShardedData).
+Tensor spmd_to_host(const LazyTensor& lt, const Shape& global);
+/// The devices of this process's SPMD runs (runtime::global_runtime_device_count()).
+int spmd_devices();
+void clear_spmd_cache();
 
 }  // namespace axle::lazy::detail
 
@@ -114,3 +139,16 @@ void set_execute_hook(std::function<void(const std::string&)> hook);
 const std::function<void(const std::string&)>& execute_hook();
 
 }  // namespace axle::lazy::detail
+
+namespace axle::lazy {
+/// A compiled SPMD graph: the local program lowered once for every device, and what the
+/// partitioner said about it (collectives, opaque ops, warnings).
+struct SpmdProgram {
+  backend::ExecutablePtr ex;
+  std::vector<spmd::Sharding> inputs, outputs;  ///< per program input and output
+  std::vector<spmd::CollectiveNote> collectives;
+  std::vector<std::string> opaque_ops, warnings;
+  int64_t devices = 1;
+  std::string table;  ///< spmd::explain_table (AXLE_DEBUG, xs::explain)
+};
+}  // namespace axle::lazy

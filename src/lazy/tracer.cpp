@@ -45,6 +45,10 @@ NodePtr data_node_for(const std::shared_ptr<LazyTensor>& lt, const Shape& shape,
     n->owner = lt;
     n->has_owner = true;
     n->label = lt->label;
+    if (!lt->shards.empty() || lt->sharding) [[unlikely]] {  // SPMD data
+      n->sharding = lt->sharding;
+      n->shards = lt->shards;
+    }
     seal_node(*n);
     lt->data_node = std::move(n);
   }
@@ -92,7 +96,14 @@ void track(const std::shared_ptr<LazyTensor>& lt) {
 }  // namespace
 using namespace detail;
 
-LazyTensor::~LazyTensor() { stats().destroy.add(); }
+namespace detail {
+std::atomic<int64_t> g_live_lazy{0};
+}  // namespace detail
+LazyTensor::LazyTensor() { g_live_lazy.fetch_add(1, std::memory_order_relaxed); }
+LazyTensor::~LazyTensor() {
+  g_live_lazy.fetch_sub(1, std::memory_order_relaxed);
+  stats().destroy.add();
+}
 
 ops::Tensors record(ops::OpKind k, const ops::Tensors& in, const ops::Attrs& a, const std::vector<ops::Meta>& metas,
                     Device dev) {

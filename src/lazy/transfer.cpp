@@ -1,5 +1,6 @@
 // Transfers between the host (cpu tensors) and the lazy device.
 #include "backend/backend.h"
+#include "dist/dist_internal.h"
 #include "lazy/lazy_internal.h"
 
 namespace axle::lazy {
@@ -12,6 +13,12 @@ Tensor to_device(const Tensor& t, Device dev) {
   lt->label = "copied from cpu with .to()";
   lt->label_rank = kLabelOrigin;
   stats().create.add();
+  // SPMD: unsharded data stays one buffer (every device reads it) until it is sharded or
+  // used (torch_xla's virtual device).
+  if (dist::detail::spmd_mode()) [[unlikely]] {
+    static metrics::Counter& virtual_usage = metrics::counter("VirtualDeviceUsage");
+    virtual_usage.add();
+  }
   return make_xla(t.shape(), t.dtype(), dev, std::move(lt));
 }
 
@@ -27,6 +34,8 @@ Tensor to_cpu(const Tensor& t, const char* reason) {
   const Tensor& buffer = ready_buffer(*lt);  // waits for the execution producing it, only that one
   rethrow_async_error();                     // an earlier execution failed: a read reports it too
   metrics::ScopedTimer timer(stats().from_device);
+  if (!lt->shards.empty()) [[unlikely]]
+    return spmd_to_host(*lt, t.shape());
   return backend::backend_for(t.device()).to_host(buffer);
 }
 

@@ -25,8 +25,8 @@ struct Count {
 std::mutex count_mu;
 std::optional<Count> cached;
 
-// A device count from `text`, the value of `var` (shown as `shown` in errors).
-int64_t parse_count(const std::string& var, const std::string& text, const std::string& shown) {
+// A device count from `text`; `shown` names the variable and its value in errors.
+int64_t parse_count(const std::string& text, const std::string& shown) {
   size_t used = 0;
   long long v = 0;
   bool ok = !text.empty() && (std::isdigit(static_cast<unsigned char>(text[0])) || text[0] == '-' || text[0] == '+');
@@ -37,7 +37,7 @@ int64_t parse_count(const std::string& var, const std::string& text, const std::
       ok = false;
     }
   }
-  AXLE_CHECK(ok && used == text.size() && v >= 1 && v <= kMaxDevices, "[runtime] ", var, ": ", shown,
+  AXLE_CHECK(ok && used == text.size() && v >= 1 && v <= kMaxDevices, "[runtime] ", shown,
              " is not a device count (expected an integer from 1 to ", kMaxDevices, ")");
   return v;
 }
@@ -52,7 +52,7 @@ Count read_count() {
     const char* v = std::getenv(var);
     if (v == nullptr || *v == '\0') continue;
     std::string shown = std::string(var) + "=" + v;
-    seen.push_back({shown, parse_count(var, v, shown)});
+    seen.push_back({shown, parse_count(v, shown)});
   }
   if (const char* flags = std::getenv("XLA_FLAGS")) {
     std::istringstream is(flags);
@@ -65,7 +65,7 @@ Count read_count() {
       }
     if (found) {
       std::string shown = std::string("XLA_FLAGS=") + kXlaFlag + value;
-      seen.push_back({shown, parse_count("XLA_FLAGS", value, std::string(kXlaFlag) + value)});
+      seen.push_back({shown, parse_count(value, shown)});
     }
   }
   if (seen.empty()) return {1, "default: AXLE_CPU_DEVICES unset"};

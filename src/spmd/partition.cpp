@@ -8,9 +8,11 @@
 #include <numeric>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include "axle/error.h"
 #include "dist/local_devices.h"
+#include "spmd/device_ops.h"
 #include "spmd/partition.h"
 #include "spmd/rules.h"
 
@@ -98,27 +100,40 @@ class Ctx final : public PartitionContext {
     const PNode& n = g_.nodes[size_t(r.node)];
     if (n.kind == NodeKind::Data && size_t(n.input) < o_.input_labels.size() && !o_.input_labels[size_t(n.input)].empty())
       return o_.input_labels[size_t(n.input)] + " " + shape_str(n.outs[0].shape);
-    std::string t = g_.node_text(size_t(r.node));
-    if (n.outs.size() > 1) t += " (output " + std::to_string(r.index) + ")";
-    return t;
+    if (n.kind != NodeKind::Op) return g_.node_text(size_t(r.node));
+    // "%12 = linear(...) : float32[128, 256]": the op and the moved output's type.
+    std::ostringstream os;
+    os << "%" << r.node << " = " << ops::op_name(n.op) << "(...)";
+    if (n.outs.size() > 1) os << " output " << r.index;
+    os << " : " << n.outs[size_t(r.index)].dtype << shape_str(n.outs[size_t(r.index)].shape);
+    return os.str();
   }
 
   LocalValue mask_padding(const LocalValue& v, int dim, double fill) override {
     const int64_t n = v.global[size_t(dim)];
     if (!has_padding(v.sharding, dim, n)) return v;
-    std::vector<int64_t> layout;
-    for (int64_t d = 0; d < devices(); ++d) layout.push_back(v.sharding.tile_index(dim, d));
-    const ops::Attrs a = ops::attr::MaskPadding{.dim = dim, .global_size = n, .fill = fill, .layout = layout}.pack();
+    const ops::Attrs a = mask_padding_attrs(v.sharding, dim, n, fill);
     LocalValue r = v;
     r.ref = emit(OpKind::MaskPadding, {v.ref}, a, {})[0];
     origin_[key(r.ref)] = global_of(v.ref);
     return r;
   }
 
+  // Each (value, target) is resharded once: later uses take the first result (a gradient
+  // that is both an output and an operand is all-reduced once).
   LocalValue reshard(const LocalValue& v, const Sharding& to_in, const std::string& rule) override {
     Sharding to = to_in;
     if (!to.mesh) to.mesh = mesh_;
     if (v.sharding == to) return v;
+    auto& done = reshards_[key(v.ref)];
+    for (const auto& [from, target, r] : done)
+      if (from == v.sharding && target == to) return r;
+    LocalValue r = reshard_uncached(v, to, rule);
+    reshards_[key(v.ref)].push_back({v.sharding, to, r});
+    return r;
+  }
+
+  LocalValue reshard_uncached(const LocalValue& v, const Sharding& to, const std::string& rule) {
     AXLE_CHECK(!to.is_partial(), "[spmd] internal: cannot reshard ", v.sharding.str(), " to the partial ", to.str());
     const std::string why = v.sharding.is_partial() && !v.origin.empty() ? v.origin + "; for " + rule : rule;
     const size_t rank = v.global.size();
@@ -288,17 +303,14 @@ class Ctx final : public PartitionContext {
     return r;
   }
 
-  // Slices dims `dims` of v (unsplit in v) to their tiles under `to` on the running device.
+  // Slices dims `dims` of v (unsplit in v) to their tiles under `to` on the running device:
+  // shard_slice of v's local value as if it were global, split only on those dims.
   LocalValue shard_slice(const LocalValue& v, const std::vector<int>& dims, const Sharding& to) {
     const size_t rank = v.global.size();
-    std::vector<int64_t> layout{int64_t(rank)};
-    for (size_t d = 0; d < rank; ++d)
-      layout.push_back(std::count(dims.begin(), dims.end(), int(d)) ? to.tiles(int(d)) : 1);
-    for (int64_t dev = 0; dev < devices(); ++dev)
-      for (size_t d = 0; d < rank; ++d)
-        layout.push_back(std::count(dims.begin(), dims.end(), int(d)) ? to.tile_index(int(d), dev) : 0);
+    std::vector<std::vector<int>> da(rank);
+    for (int d : dims) da[size_t(d)] = dim_axes_of(to, rank)[size_t(d)];
     LocalValue r = v;
-    r.ref = emit(OpKind::ShardSlice, {v.ref}, ops::attr::ShardSlice{.layout = layout}.pack(), {})[0];
+    r.ref = emit(OpKind::ShardSlice, {v.ref}, shard_slice_attrs(make_sharding(mesh_, da), local_meta(v.ref).shape), {})[0];
     keep_origin(r.ref, v.ref);
     return r;
   }
@@ -331,7 +343,6 @@ class Ctx final : public PartitionContext {
                 ops::attr::SliceBackward{.dim = d, .start = 0, .end = have, .step = 1, .input_shape = s}.pack(), {})[0];
   }
 
-  int64_t devices() const { return mesh_->size(); }
   int64_t local_bytes(const LocalValue& v) const {
     return numel_of(local_meta(v.ref).shape) * int64_t(itemsize(local_meta(v.ref).dtype));
   }
@@ -357,6 +368,7 @@ class Ctx final : public PartitionContext {
   const PartitionOptions& o_;
   int cur_ = -1;
   std::map<int64_t, Ref> origin_;
+  std::map<int64_t, std::vector<std::tuple<Sharding, Sharding, LocalValue>>> reshards_;  // by key(ref)
 };
 
 }  // namespace
@@ -442,7 +454,7 @@ std::string human_bytes(int64_t b) {
   std::ostringstream os;
   os.setf(std::ios::fixed);
   if (b < 1000) os << b << " B";
-  else if (b < 1000 * 1000) os.precision(0), os << double(b) / 1e3 << " KB";
+  else if (b < 1000 * 1000) os.precision(1), os << double(b) / 1e3 << " KB";
   else os.precision(2), os << double(b) / 1e6 << " MB";
   return os.str();
 }

@@ -56,8 +56,12 @@ Sharding with_partial(Sharding s, const std::vector<int>& axes, Reduce op) {
   if (axes.empty()) return s;
   AXLE_CHECK(s.partial_axes.empty() || s.partial_op == op,
              "[spmd] internal: a value cannot be partial under two reductions (", s.str(), ")");
-  for (int a : axes)
+  for (int a : axes) {
+    for (const auto& da : s.dim_axes)
+      AXLE_CHECK(std::find(da.begin(), da.end(), a) == da.end(), "[spmd] internal: ", s.str(),
+                 " cannot also be partial over mesh axis ", a, ", which splits one of its dims");
     if (std::find(s.partial_axes.begin(), s.partial_axes.end(), a) == s.partial_axes.end()) s.partial_axes.push_back(a);
+  }
   std::sort(s.partial_axes.begin(), s.partial_axes.end());
   s.partial_op = op;
   return s;
@@ -186,6 +190,9 @@ std::vector<LocalValue> pointwise_partition(PartitionContext& cx, const std::vec
   }
   if (keep_partial && (n.op == OpKind::Add || n.op == OpKind::Sub)) keep_partial = npartial == in.size();
   if (keep_partial && (n.op == OpKind::Mul || n.op == OpKind::Div)) keep_partial = npartial == 1;
+  // A value split on an axis cannot also be Partial over it (each device would hold a
+  // different tile's share): the output must not be split on the partial axes.
+  if (keep_partial) keep_partial = disjoint(first_partial->sharding.partial_axes, used_axes(oda));
   std::vector<Ref> refs;
   for (size_t i = 0; i < in.size(); ++i) {
     if (in[i].absent()) {
@@ -230,7 +237,8 @@ std::vector<LocalValue> broadcast_partition(PartitionContext& cx, const std::vec
   const Sharding target = make_sharding(cx.mesh(), output_to_operand(dim_axes_of(chosen[0], out.size()), in[0].global, out));
   LocalValue x = in[0];
   Sharding os = chosen[0];
-  if (x.sharding.is_partial() && without_partial(x.sharding) == target) {
+  if (x.sharding.is_partial() && without_partial(x.sharding) == target &&
+      disjoint(x.sharding.partial_axes, used_axes(dim_axes_of(os, out.size())))) {
     os = with_partial(os, x.sharding.partial_axes, x.sharding.partial_op);  // expand is linear and keeps max/min
   } else {
     x = cx.reshard(cx.resolve(x, "broadcast: expand"), target, "broadcast: expand operand follows its output");
@@ -731,10 +739,6 @@ void register_core_rules(RuleTable& t) {
   t[ShardRule::Constraint] = {constraint_forward, constraint_backward, constraint_partition};
   t[ShardRule::Collective] = {replicated_outputs, nullptr, collective_partition};
 }
-
-// Stands in until rules_nn.cpp (the nnrules part) defines the real one: no nn rules, so
-// conv, pooling, along-dim ops and losses are Opaque.
-__attribute__((weak)) void register_nn_rules(RuleTable&) {}
 
 const RuleTable& rule_table() {
   static const RuleTable table = [] {

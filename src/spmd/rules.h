@@ -120,7 +120,8 @@ class PartitionContext {
   /// or an input's label).
   virtual std::string value_text(compiler::Ref r) const = 0;
 
-  /// The local metadata of a local reference (recorded when it was emitted).
+  /// The local metadata of a local reference (recorded when it was emitted); the reference
+  /// returned is valid until the next emit.
   virtual const ops::Meta& local_meta(compiler::Ref r) const = 0;
 };
 
@@ -153,8 +154,7 @@ const RuleTable& rule_table();
 /// Pointwise, Broadcast, Transpose, Reshape, Reduce, Dot, Constraint, Collective (rules.cpp).
 void register_core_rules(RuleTable& t);
 /// Conv, Window, AlongDim, Loss (rules_nn.cpp). Each hook serves every op with that S_
-/// entry in ops.def (ops::ops_with(...) lists them). Until rules_nn.cpp defines it, a weak
-/// empty definition in rules.cpp stands in (those ops are then Opaque).
+/// entry in ops.def (the ops k with ops::shard_rule(k) == that rule).
 void register_nn_rules(RuleTable& t);
 
 // ---------------------------------------------------------------- helpers ----

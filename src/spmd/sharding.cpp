@@ -74,11 +74,14 @@ struct Layout {
   int64_t rep = 1;
 };
 
+void check_axes(const Sharding& s, const Axes& axes, const char* what);
+
 Layout v1_layout(const Sharding& s) {
   const xs::Mesh& m = *s.mesh;
   int rank = int(m.mesh_shape().size());
   Axes order;
   for (const auto& axes : s.dim_axes) order.insert(order.end(), axes.begin(), axes.end());
+  check_axes(s, order, "tile assignment");
   Layout l;
   for (int a = 0; a < rank; ++a)
     if (std::find(order.begin(), order.end(), a) == order.end()) {
@@ -148,8 +151,8 @@ Sharding Sharding::from_spec(const xs::Mesh& mesh, const xs::PartitionSpec& spec
       int a = -1;
       if (item[0] == '#') {
         a = std::stoi(item.substr(1));
-        AXLE_CHECK(a < mesh_rank, "[", op, "] partition spec entry ", d, " names mesh axis index ", a, ", but the mesh has ",
-                   mesh_rank, " axes (", axis_list(), ")");
+        AXLE_CHECK(a < mesh_rank, "[", op, "] partition spec entry ", d, " names mesh axis index ", a,
+                   ", but the mesh has ", mesh_rank, " axes (", axis_list(), ")");
       } else {
         auto idx = mesh.get_axis_name_idx(item);
         AXLE_CHECK(idx.has_value(), "[", op, "] partition spec entry ", d, " names mesh axis '", item,
@@ -193,7 +196,10 @@ int64_t Sharding::tile_index(int d, int64_t device) const {
   if (d < 0 || d >= int(dim_axes.size()) || !mesh || dim_axes[d].empty()) return 0;
   auto c = coords_of(*mesh, device);
   int64_t idx = 0;
-  for (int a : dim_axes[d]) idx = idx * axis_size(*mesh, a) + c[a];
+  for (int a : dim_axes[d]) {
+    int64_t size = axis_size(*mesh, a);  // checks a
+    idx = idx * size + c[a];
+  }
   return idx;
 }
 
@@ -518,6 +524,7 @@ bool is_first_of_partial_group(const Sharding& s, int64_t device) {
 
 std::vector<Tensor> shard_host(const Tensor& full, const Sharding& s) {
   AXLE_CHECK(full.defined() && full.device() == kCPU, "[shard_host] expected a cpu tensor");
+  check_axes(s, s.partial_axes, "shard_host: partial");
   Tensor x = full.contiguous();
   const Shape& global = x.shape();
   Shape local = s.shard_shape(global);

@@ -54,7 +54,8 @@ struct Sharding {
   /// (start == stop: the shard is all padding).
   xs::Slice range(int d, int64_t device, int64_t global_size) const;
   /// torch_xla's replica_id of a device's shard: 0 for tiled, the device for replicated,
-  /// the replication group index for partially replicated.
+  /// and for partially replicated its place in its replication group (the index along the
+  /// last tile dim of to_hlo_v1: the row for (None, 'model') on a (2, 2) mesh).
   int replica_id(int64_t device) const;
   /// Replica groups over mesh `axes`: devices whose coordinates agree on every other axis,
   /// each group ordered by the coordinates on `axes`, major first (the order an all-gather

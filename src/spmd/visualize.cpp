@@ -53,7 +53,8 @@ std::string visualize_sharding(std::string_view sharding, VisualizeOptions o) {
     out += " (showing up to the first two dimensions)\n";
   } else {
     size_t r = tile_dims.size();
-    out += " (dims folded: rows = dims 0.." + std::to_string(r - 2) + ", columns = dim " + std::to_string(r - 1) + ")\n";
+    out += " (dims folded: rows = dims 0.." + std::to_string(r - 2) + ", columns = dim " + std::to_string(r - 1) +
+           ")\n";
   }
 
   std::vector<std::string> labels;
