@@ -315,10 +315,13 @@ class DeviceGroup final : public ProcessGroup {
       // This member reduces chunk `rank` of every member's buffer into `mine` (in rank
       // order: the same bits on every member and in every run), then copies every member's
       // reduced chunk into its own buffer.
+      // Everything that can fail comes before the rendezvous: after it, every member is
+      // committed to the exchange.
       std::vector<T> mine(static_cast<size_t>(lo(rank + 1) - lo(rank)));
-      s.arrive(rank, {"all_reduce", n, t, int64_t(op)}, buf, mine.data(), local_timeout());
-      const int64_t off = lo(rank), len = int64_t(mine.size());
       std::vector<const T*> src(static_cast<size_t>(S));
+      const double timeout = local_timeout();
+      s.arrive(rank, {"all_reduce", n, t, int64_t(op)}, buf, mine.data(), timeout);
+      const int64_t off = lo(rank), len = int64_t(mine.size());
       for (int r = 0; r < S; ++r) src[size_t(r)] = static_cast<const T*>(s.in[size_t(r)]) + off;
       T* dst = mine.data();
 #pragma omp parallel for if (len > (1 << 16))
@@ -343,9 +346,9 @@ class DeviceGroup final : public ProcessGroup {
 
   void all_gather(const void* in, void* out, int64_t n, DType t) override {
     AXLE_CHECK(n >= 0, "[all_gather] expected a non-negative element count, got ", n);
+    const size_t bytes = size_t(n) * itemsize(t);
     auto [s, rank] = sub_of("all_gather");
     s.arrive(rank, {"all_gather", n, t}, in, out, local_timeout());
-    const size_t bytes = size_t(n) * itemsize(t);
     for (int r = 0; r < s.size(); ++r) {
       char* dst = static_cast<char*>(out) + size_t(r) * bytes;
       if (dst != s.in[size_t(r)] && bytes) std::memcpy(dst, s.in[size_t(r)], bytes);
@@ -356,9 +359,10 @@ class DeviceGroup final : public ProcessGroup {
   void broadcast(void* buf, int64_t n, DType t, int root) override {
     AXLE_CHECK(root >= 0 && root < size(), "[broadcast] expected a source rank in [0, ", size(), "), got ", root);
     AXLE_CHECK(n >= 0, "[broadcast] expected a non-negative element count, got ", n);
+    const size_t bytes = size_t(n) * itemsize(t);
     auto [s, rank] = sub_of("broadcast");
     s.arrive(rank, {"broadcast", n, t, root}, buf, buf, local_timeout());
-    if (rank != root && n) std::memcpy(buf, s.in[size_t(root)], size_t(n) * itemsize(t));
+    if (rank != root && bytes) std::memcpy(buf, s.in[size_t(root)], bytes);
     s.sync();
   }
 
