@@ -154,7 +154,7 @@ const RuleTable& rule_table();
 /// Pointwise, Broadcast, Transpose, Reshape, Reduce, Dot, Constraint, Collective (rules.cpp).
 void register_core_rules(RuleTable& t);
 /// Conv, Window, AlongDim, Loss (rules_nn.cpp). Each hook serves every op with that S_
-/// entry in ops.def (ops::ops_with(...) lists them).
+/// entry in ops.def (the ops k with ops::shard_rule(k) == that rule).
 void register_nn_rules(RuleTable& t);
 
 // ---------------------------------------------------------------- helpers ----
