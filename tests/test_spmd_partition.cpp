@@ -428,6 +428,26 @@ TEST(SpmdValues, APartialValueMeetingASplitOperandIsReducedFirst) {
   EXPECT_EQ(p.outputs[0].str(), "{devices=[4,1]0,1,2,3}");
 }
 
+TEST(SpmdPartition, ManualValuesAreNotPartitioned) {
+  // enable_manual_sharding's result: a value of the local shape, sharded {manual}. Ops on
+  // it run as written on every device; their outputs are manual.
+  auto m = mesh4();
+  Sharding man;
+  man.kind = Sharding::Kind::Manual;
+  man.mesh = m;
+  Builder b;
+  Ref x = b.input({8, 2}, man);
+  Ref c = b.input({}, repl(m));
+  Ref y = b.op(OpKind::Relu, {b.op(OpKind::Add, {x, c})});
+  b.out(y);
+  auto sh = propagate(b.p, b.shardings);
+  EXPECT_EQ(sh[size_t(y.node)][0].str(), "{manual}");
+  Partitioned p = b.partition();
+  EXPECT_EQ(p.collectives.size(), 0u);
+  EXPECT_EQ(p.outputs[0].str(), "{manual}");
+  EXPECT_EQ(p.local.nodes[size_t(p.local.outputs[0].node)].outs[0].shape, (Shape{8, 2}));
+}
+
 // ---- opaque fallback
 
 TEST(SpmdPartition, OpsWithoutARuleAreReplicatedAndListedOnce) {
@@ -542,6 +562,27 @@ TEST(SpmdValues, DataAndTensorParallelMlpOnA2dMesh) {
   EXPECT_EQ(p.collectives.size(), 1u);
   EXPECT_EQ(p.collectives[0].from, "partial(model) {devices=[2,1,2]0,1,2,3 last_tile_dim_replicate}");
   EXPECT_EQ(p.outputs[0].str(), "{devices=[2,1,2]0,1,2,3 last_tile_dim_replicate}");
+}
+
+TEST(SpmdValues, ReshapesSplitMergeOrReplicate) {
+  auto m = mesh4();
+  auto one = [&](const Shape& from, const Sharding& s, const Shape& to) {
+    Builder b;
+    Ref x = b.input(from, s);
+    b.out(reshape(b, b.op(OpKind::Exp, {x}), to));
+    return expect_same_values(b, {randn(from)});
+  };
+  Partitioned p = one({12}, spec(m, {"data"}), {4, 3});  // split: the major dim takes the tiles
+  EXPECT_EQ(p.collectives.size(), 0u);
+  EXPECT_EQ(p.outputs[0].str(), "{devices=[4,1]0,1,2,3}");
+  p = one({5, 3, 2}, spec(m, {"data", xs::None, xs::None}), {5, 6});  // uneven batch, minor dims merged
+  EXPECT_EQ(p.collectives.size(), 0u);
+  EXPECT_EQ(p.outputs[0].str(), "{devices=[4,1]0,1,2,3}");
+  p = one({6}, spec(m, {"data"}), {2, 3});  // 2 rows cannot take 4 tiles: replicated first
+  EXPECT_EQ(kinds(p)["all-gather"], 1);
+  EXPECT_EQ(p.outputs[0].str(), "{replicated}");
+  p = one({5, 4}, spec(m, {"data", xs::None}), {20});  // an uneven major dim cannot merge
+  EXPECT_EQ(kinds(p)["all-gather"], 1);
 }
 
 TEST(SpmdValues, S8ReshardsKeepValues) {

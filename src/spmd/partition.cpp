@@ -414,8 +414,26 @@ Partitioned partition(const Program& g, const std::vector<Sharding>& inputs, con
     }
     std::vector<LocalValue> in;
     for (const Ref& r : n.operands) in.push_back(r.node < 0 ? LocalValue{} : vals[size_t(r.node)][size_t(r.index)]);
-    const RuleHooks& h = table[ops::shard_rule(n.op)];
     std::vector<LocalValue> out;
+    const auto manual = std::find_if(in.begin(), in.end(), [](const LocalValue& x) {
+      return !x.absent() && x.sharding.kind == Sharding::Kind::Manual;
+    });
+    if (manual != in.end()) {
+      // A manual region: the op as written, on local values (a manual value's shape in the
+      // program is its local shape); other operands replicated; outputs manual.
+      const Sharding ms = manual->sharding;
+      std::vector<Ref> refs;
+      for (const LocalValue& x : in)
+        refs.push_back(x.absent() || x.sharding.kind == Sharding::Kind::Manual
+                           ? x.ref
+                           : cx.reshard(x, Sharding::replicated(mesh), "manual region: other operands replicated").ref);
+      const std::vector<Ref> r = cx.emit(n.op, refs, n.attrs, n.outs);
+      for (size_t j = 0; j < r.size(); ++j) out.push_back({r[j], ms, n.outs[j].shape, n.outs[j].dtype, ""});
+      for (size_t j = 0; j < out.size(); ++j) cx.set_global(out[j].ref, {int(i), int(j)});
+      vals[i] = std::move(out);
+      continue;
+    }
+    const RuleHooks& h = table[ops::shard_rule(n.op)];
     if (h.partition) out = h.partition(cx, in, shardings[i]);
     if (out.empty()) {  // Opaque: replicated operands, the op on global shapes, replicated outputs
       if (opaque_seen.insert(ops::op_name(n.op)).second) p.opaque_ops.push_back(ops::op_name(n.op));

@@ -118,6 +118,18 @@ std::vector<std::vector<Sharding>> propagate(const Program& g, const std::vector
     for (size_t i = 0; i < g.nodes.size(); ++i) {
       const PNode& n = g.nodes[i];
       if (n.dead || n.kind != NodeKind::Op) continue;
+      // A manual region (an operand sharded {manual}): the op runs as written on each
+      // device's local values, and its outputs are manual too.
+      const MaybeSharding* manual = nullptr;
+      for (const Ref& r : n.operands)
+        if (r.node >= 0 && st[size_t(r.node)][size_t(r.index)].s &&
+            st[size_t(r.node)][size_t(r.index)].s->kind == Sharding::Kind::Manual)
+          manual = &st[size_t(r.node)][size_t(r.index)].s;
+      if (manual) {
+        for (Slot& s : st[i])
+          if (!s.fixed) s = {*manual, true, true}, changed = true;
+        continue;
+      }
       const RuleHooks& h = table[ops::shard_rule(n.op)];
       std::vector<MaybeSharding> p;
       if (!h.partition) p.assign(n.outs.size(), Sharding::replicated(mesh));  // Opaque: outputs replicated
@@ -129,6 +141,8 @@ std::vector<std::vector<Sharding>> propagate(const Program& g, const std::vector
       if (n.dead || n.kind != NodeKind::Op) continue;
       const RuleHooks& h = table[ops::shard_rule(n.op)];
       if (!h.partition || !h.backward) continue;
+      if (std::any_of(st[i].begin(), st[i].end(), [](const Slot& s) { return s.s && s.s->kind == Sharding::Kind::Manual; }))
+        continue;
       const std::vector<MaybeSharding> p = h.backward(view_of(i));
       for (size_t k = 0; k < p.size() && k < n.operands.size(); ++k) {
         const Ref r = n.operands[k];
