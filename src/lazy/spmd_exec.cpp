@@ -126,40 +126,6 @@ bool trivially_replicated(const compiler::Program& p, const Plan& pl) {
   return true;
 }
 
-// A manual region (xs::enable_manual_sharding): inputs are Manual (each device's shard, at
-// its local shape) or replicated; the program is not partitioned, and every output that
-// depends on a Manual input is Manual. Returns false when no input is Manual.
-bool manual_region(const compiler::Program& p, const Plan& pl, spmd::Partitioned& part) {
-  std::shared_ptr<const xs::Mesh> mesh;
-  for (const spmd::Sharding& s : pl.inputs)
-    if (s.kind == spmd::Sharding::Kind::Manual && !mesh) mesh = s.mesh;
-  if (!mesh) return false;
-  for (size_t i = 0; i < pl.inputs.size(); ++i) {
-    const spmd::Sharding& s = pl.inputs[i];
-    AXLE_CHECK(s.kind == spmd::Sharding::Kind::Manual || s.is_replicated(), "[spmd] a graph mixes manual and tiled "
-               "inputs: input ", i, " is ", s.str(), "; call xs::disable_manual_sharding on the manual values first");
-  }
-  std::vector<bool> manual(p.nodes.size(), false);
-  for (size_t i = 0; i < p.nodes.size(); ++i) {
-    const compiler::PNode& n = p.nodes[i];
-    if (n.dead) continue;
-    if (n.kind == compiler::NodeKind::Data) {
-      manual[i] = pl.inputs[size_t(n.input)].kind == spmd::Sharding::Kind::Manual;
-      continue;
-    }
-    for (const compiler::Ref& r : n.operands)
-      if (r.node >= 0 && manual[size_t(r.node)]) manual[i] = true;
-  }
-  spmd::Sharding m;
-  m.kind = spmd::Sharding::Kind::Manual;
-  m.mesh = mesh;
-  part.local = p;
-  part.inputs = pl.inputs;
-  part.devices = pl.devices;
-  for (const compiler::Ref& o : p.outputs) part.outputs.push_back(manual[size_t(o.node)] ? m : replicated());
-  return true;
-}
-
 // The global program with every node's sharding (AXLE_SAVE_GRAPHS).
 std::string global_text(const compiler::Program& p, const Plan& pl, const spmd::PartitionOptions& o) {
   std::string out = "# global program, " + std::to_string(pl.devices) + " devices; inputs:\n";
@@ -192,9 +158,7 @@ std::shared_ptr<const SpmdProgram> compile(const Plan& pl, const std::string& na
   o.output_pins = pl.pins;
   for (int i : pl.g.inputs) o.input_labels.push_back(pl.g.nodes[size_t(i)]->label);
   spmd::Partitioned part;
-  if (manual_region(p, pl, part)) {
-    // not partitioned: shapes are local already
-  } else if (trivially_replicated(p, pl)) {
+  if (trivially_replicated(p, pl)) {
     part.local = p;
     part.inputs = pl.inputs;
     part.outputs.assign(p.outputs.size(), replicated());

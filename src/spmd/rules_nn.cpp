@@ -254,6 +254,14 @@ std::string why(const compiler::PNode& n, const std::vector<int>& m) {
   return s;
 }
 
+/// Why a result is Partial: "conv: conv2d_backward_weight contracts sharded dim 0".
+std::string contracts(const compiler::PNode& n, const std::vector<int>& m) {
+  std::string dims;
+  for (size_t k = 0; k < m.size(); ++k)
+    if (m[k] == kSum) dims += (dims.empty() ? "" : ",") + std::to_string(k);
+  return std::string(rule_name(n.op)) + ": " + ops::op_name(n.op) + " contracts sharded dim " + dims;
+}
+
 struct Plan {
   std::vector<std::vector<int>> map;
   Axes out;                  ///< output 0's axes per dim
@@ -330,7 +338,7 @@ std::vector<LocalValue> partition_mapped(PartitionContext& cx, const std::vector
   for (size_t j = 0; j < n.outs.size(); ++j) {
     Sharding s = n.outs[j].shape.size() == n.outs[0].shape.size() ? out : make_sharding(cx.mesh(), Axes(n.outs[j].shape.size()));
     if (!p.partial.empty()) s = with_partial(make_sharding(cx.mesh(), Axes(n.outs[j].shape.size())), p.partial, Reduce::Sum);
-    res.push_back({r[j], s, n.outs[j].shape, n.outs[j].dtype, p.partial.empty() ? "" : why(n, p.map[0])});
+    res.push_back({r[j], s, n.outs[j].shape, n.outs[j].dtype, p.partial.empty() ? "" : contracts(n, p.map[0])});
   }
   return res;
 }
@@ -352,7 +360,7 @@ LocalValue global_count(PartitionContext& cx, const LocalValue& target, int64_t 
                              target.global, kFloat32);
   const LocalValue c = emit1(cx, OpKind::Sum, {f.ref}, attr::Sum{.keepdim = false, .dims = {}}.pack(), part, {}, kFloat32,
                              "loss: nll_loss mean divides by the global count of counted targets");
-  return cx.resolve(c, "loss: nll_loss mean divides by the global count of counted targets");
+  return cx.resolve(c, "loss: the mean's divisor is the global count");
 }
 
 std::vector<LocalValue> partition_loss(PartitionContext& cx, const std::vector<LocalValue>& operands,
@@ -375,7 +383,7 @@ std::vector<LocalValue> partition_loss(PartitionContext& cx, const std::vector<L
                                with_partial(Sharding::replicated(cx.mesh()), batch, Reduce::Sum), {}, kFloat32,
                                "loss: nll_loss sums over the sharded batch");
     if (!mean) return {s};
-    const LocalValue total = cx.resolve(s, "loss: nll_loss sum over the sharded batch");
+    const LocalValue total = cx.resolve(s, "loss: the mean's dividend is the global sum");
     const LocalValue c = global_count(cx, p.in[ti], a.ignore_index, batch);
     return {emit1(cx, OpKind::Div, {total.ref, c.ref}, {}, Sharding::replicated(cx.mesh()), {}, kFloat32)};
   }
