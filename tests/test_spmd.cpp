@@ -469,6 +469,13 @@ TEST_F(Spmd, DataParallelMlpStaysWithin1e4For100Steps) {
   EXPECT_EQ(metrics::counter_value("UncachedCompile"), 1);
 }
 
+TEST_F(Spmd, DataParallelCnnStaysWithin1e4For100Steps) {
+  const TrainRun ref = train("cnn", 0, 100);
+  reset();
+  const TrainRun got = train("cnn", 2, 100);
+  expect_parity(ref, got, 1e-4, 1e-3, "cnn on 2 devices, 100 steps");
+}
+
 // Dropout under SPMD: the mask comes from the same counter-based (Philox) stream as on one
 // device, drawn for the global shape, so a batch-sharded step drops the same elements.
 TEST_F(Spmd, ShardedDropoutEqualsOneDevice) {
