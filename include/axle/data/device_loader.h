@@ -53,7 +53,7 @@ using InputSharding = std::variant<std::monostate, xs::ShardingSpec, std::map<st
 
 struct MpDeviceLoaderOptions {
   /// SPMD only (runtime::use_spmd() first): the sharding each batch tensor gets on the device.
-  InputSharding input_sharding;
+  InputSharding input_sharding{};
   /// Host batches read from the loader ahead of the device queue.
   int loader_prefetch_size = 16;
   /// Device batches prepared ahead of the training loop.
