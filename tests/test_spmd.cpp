@@ -293,7 +293,9 @@ TEST_F(Spmd, CollectiveCountersExplainAndSavedGraphs) {
     axle::sync();
     std::vector<float> got = y.to_vector<float>(), want = matmul(xh, wh).to_vector<float>();
     for (size_t k = 0; k < want.size(); ++k) EXPECT_NEAR(got[k], want[k], 1e-5) << k;
-    if (i == 1) EXPECT_EQ(xs::explain({y}), before_sync);
+    if (i == 1) {
+      EXPECT_EQ(xs::explain({y}), before_sync);
+    }
   }
   unsetenv("AXLE_SAVE_GRAPHS");
   EXPECT_EQ(metrics::counter_value("UncachedCompile"), 1);
