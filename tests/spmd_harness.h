@@ -28,6 +28,7 @@
 
 namespace axle::spmd_test {
 
+using compiler::meta_tensor;
 using compiler::NodeKind;
 using compiler::PNode;
 using compiler::Program;
@@ -51,17 +52,6 @@ inline Sharding spec(const std::shared_ptr<const xs::Mesh>& m, const xs::Partiti
   return Sharding::from_spec(*m, s, int64_t(s.size()), "test");
 }
 inline Sharding repl(const std::shared_ptr<const xs::Mesh>& m) { return Sharding::replicated(m); }
-
-/// A data-less tensor with m's shape and dtype, for running shape rules.
-inline Tensor meta_tensor(const ops::Meta& m) {
-  auto impl = std::make_shared<TensorImpl>();
-  impl->dtype = m.dtype;
-  impl->device = Device(DeviceType::XLA, 0);
-  impl->shape = m.shape;
-  impl->strides = contiguous_strides(m.shape);
-  impl->refresh();
-  return Tensor(std::move(impl));
-}
 
 /// Builds a global Program; each op's outputs come from its shape rule.
 struct Builder {

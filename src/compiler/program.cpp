@@ -113,9 +113,6 @@ std::string Program::text() const {
   return s + "\n";
 }
 
-namespace {
-// A tensor with an operand's recorded dtype and shape and no data, as the tracer hands
-// shape rules lazy tensors whose values do not exist yet: infer reads only metadata.
 Tensor meta_tensor(const ops::Meta& m) {
   auto impl = std::make_shared<TensorImpl>();
   impl->dtype = m.dtype;
@@ -125,6 +122,8 @@ Tensor meta_tensor(const ops::Meta& m) {
   impl->refresh();
   return Tensor(std::move(impl));
 }
+
+namespace {
 std::string metas_str(const std::vector<ops::Meta>& ms) {
   std::string s;
   for (size_t j = 0; j < ms.size(); ++j) s += (j ? ", " : "") + meta_str(ms[j]);

@@ -63,6 +63,11 @@ struct Program {
   void verify(const std::string& stage = "") const;
 };
 
+/// A tensor with `m`'s dtype and shape and no data, as the tracer hands shape rules lazy
+/// tensors whose values do not exist yet: running ops::op_def(k).infer on such tensors
+/// reads only metadata (the verifier and the SPMD partitioner do).
+Tensor meta_tensor(const ops::Meta& m);
+
 /// Whether PassPipeline::run verifies the program before the first pass and after each one.
 /// AXLE_VERIFY=1 turns it on, AXLE_VERIFY=0 off; unset: on in builds without NDEBUG, off in
 /// release builds. Every test program sets AXLE_VERIFY=1 (tests/verify_on.cpp), so tests and

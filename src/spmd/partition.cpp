@@ -29,17 +29,6 @@ std::shared_ptr<const xs::Mesh> program_mesh(const Program& g, const std::vector
 
 namespace {
 
-// A data-less tensor of `m` for shape rules (as Program::verify makes them).
-Tensor meta_tensor(const ops::Meta& m) {
-  auto impl = std::make_shared<TensorImpl>();
-  impl->dtype = m.dtype;
-  impl->device = Device(DeviceType::XLA, 0);
-  impl->shape = m.shape;
-  impl->strides = contiguous_strides(m.shape);
-  impl->refresh();
-  return Tensor(std::move(impl));
-}
-
 int64_t numel_of(const Shape& s) { return std::accumulate(s.begin(), s.end(), int64_t(1), std::multiplies<>()); }
 
 int64_t reduce_code(Reduce r) { return r == Reduce::Sum ? 0 : r == Reduce::Min ? 2 : 3; }  // dist::ReduceOp
@@ -58,7 +47,7 @@ class Ctx final : public PartitionContext {
                         std::vector<ops::Meta> local_outs) override {
     if (local_outs.empty()) {
       ops::Tensors in;
-      for (const Ref& r : operands) in.push_back(r.node < 0 ? Tensor() : meta_tensor(local_meta(r)));
+      for (const Ref& r : operands) in.push_back(r.node < 0 ? Tensor() : compiler::meta_tensor(local_meta(r)));
       try {
         local_outs = ops::op_def(op).infer(in, attrs);
       } catch (const Error& e) {
