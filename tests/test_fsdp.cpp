@@ -166,8 +166,9 @@ std::string slurp(const fs::path& p) {
   return ss.str();
 }
 
-// The step graph's program text before the compiler's passes ("00.input") and after them
-// ("final"), saved by AXLE_SAVE_GRAPHS while `fn` runs one step (whose graph must be new).
+// The program text of the graphs compiled while `fn` runs (one step whose graph must be
+// new), before the compiler's passes ("00.input") and after them ("final"), saved by
+// AXLE_SAVE_GRAPHS as DIR/<graph>-<hash>.<stage>.txt.
 std::pair<std::string, std::string> step_graph(int rank, const std::function<void()>& fn) {
   const fs::path dir = fs::temp_directory_path() / ("axle-fsdp-graphs-" + std::to_string(::getpid()) + "-" +
                                                     std::to_string(rank));
@@ -175,7 +176,21 @@ std::pair<std::string, std::string> step_graph(int rank, const std::function<voi
   ::setenv("AXLE_SAVE_GRAPHS", dir.c_str(), 1);
   fn();
   ::unsetenv("AXLE_SAVE_GRAPHS");
-  std::pair<std::string, std::string> out{slurp(dir / "step.00.input.txt"), slurp(dir / "step.final.txt")};
+  std::pair<std::string, std::string> out;
+  int graphs = 0;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    auto ends = [&](const std::string& tail) {
+      return name.size() > tail.size() && name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
+    };
+    if (ends(".00.input.txt")) {
+      out.first += slurp(e.path());
+      ++graphs;
+    } else if (ends(".final.txt")) {
+      out.second += slurp(e.path());
+    }
+  }
+  EXPECT_GE(graphs, 1) << "no graph was compiled";
   fs::remove_all(dir);
   return out;
 }
