@@ -266,7 +266,8 @@ TEST(Fsdp, MatchesDdpCnn) {
 // ---- F2: bytes per rank, and reshard_after_forward lowers the step's peak
 
 TEST(Fsdp, MemoryPerRank) {
-  constexpr int kBatch = 64;
+  // Large enough that the step's activations put its peak above the construction's.
+  constexpr int kBatch = 1024;
   run_ranks(2, [](int rank) {
     const Device dev = device();
     const int world = 2;
@@ -321,12 +322,17 @@ TEST(Fsdp, CollectivesPerUnit) {
       o.auto_wrap_policy = fsdp::transformer_auto_wrap_policy({"Linear"});  // 2 units (the root owns nothing)
       auto f = std::make_shared<FSDP>(nn::to(make_mlp(), dev), o);
       optim::SGD opt(f->parameters(), {.lr = 0.01});
-      return step_graph(rank, [&] {
+      Tensor loss, in;  // graph outputs (the loss, in's gradient): every gather is used
+      auto texts = step_graph(rank, [&] {
         auto guard = axle::step();
         opt.zero_grad();
-        (*f)(x.to(dev)).sum().backward();
+        in = x.to(dev);
+        in.set_requires_grad(true);  // the first unit's backward needs its weight too
+        loss = (*f)(in).sum();
+        loss.backward();
         opt.step();
       });
+      return texts;
     };
     const std::string in3 = graphs({}).first;
     EXPECT_EQ(count_of(in3, " = all_gather("), 4) << in3;  // 2 units x (forward + backward)
