@@ -303,10 +303,11 @@ TEST(Fsdp, MemoryPerRank) {
     // Padding: each of the 16 parameters' numel is even, so none here.
     EXPECT_LE(double(fsdp_bytes), double(ddp_bytes) / world * 1.01) << "fsdp " << fsdp_bytes << " ddp " << ddp_bytes;
     EXPECT_GT(fsdp_bytes, 0);
-    // Keeping the full parameters from forward to backward costs about the model's size.
+    // Keeping the full parameters from forward to backward costs about the model's size
+    // (measured: 7350336 vs 9184320 bytes, parameters 2105344).
     std::printf("rank %d: peak with reshard %lld, without %lld, parameters %lld\n", rank, (long long)peak3,
                 (long long)peak2, (long long)param_bytes);
-    EXPECT_GT(peak2 - peak3, param_bytes / 4) << "peak with reshard " << peak3 << ", without " << peak2;
+    EXPECT_GT(peak2 - peak3, param_bytes / 2) << "peak with reshard " << peak3 << ", without " << peak2;
   });
 }
 

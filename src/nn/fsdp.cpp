@@ -440,7 +440,10 @@ Tensor XlaFullyShardedDataParallel::forward(const Tensor& x) {
       NoGradGuard no_grad;
       for (FlatParam& fp : unit->params) {
         if (fp.saved.empty()) continue;
-        const std::vector<Tensor> again = unit->gather(fp, with_barrier ? grad_out : Tensor());
+        // The dependency is a scalar of the gradient: a barrier's outputs may outlive it, and
+        // the gradient itself must die at its last use.
+        const std::vector<Tensor> again =
+            unit->gather(fp, with_barrier && grad_out.defined() ? grad_out.sum() : Tensor());
         for (size_t i = 0; i < fp.saved.size(); ++i) lazy::replace_value(fp.saved[i], again[i]);
         fp.saved.clear();
       }
