@@ -251,6 +251,19 @@ TEST(Fsdp, MatchesDdpFourRanksAndShardShapes) {
     EXPECT_EQ(d0.named_parameters()[0].second.shape(), (Shape{3, 3}));
     EXPECT_EQ(d0.get_shard_metadata().params[0].padded_numel, 12);
     EXPECT_TRUE(d0.get_shard_metadata().params[0].dim0);
+    // F2 at N=4: parameters + gradients + momentum per rank are a quarter of DDP's (3 x the
+    // model; no padding: every numel divides by 4).
+    auto stack = std::make_shared<FSDP>(
+        nn::to(make_stack(), device()), FSDPOptions{.auto_wrap_policy = fsdp::transformer_auto_wrap_policy({"Linear"})});
+    optim::SGD opt(stack->parameters(), {.lr = 0.01, .momentum = 0.9});
+    {
+      auto guard = axle::step();
+      opt.zero_grad();
+      axle::pow((*stack)(randn({4, kWidth}).to(device())), 2.0).mean().backward();
+      opt.step();
+    }
+    const int64_t model_bytes = 8 * (kWidth * kWidth + kWidth) * 4;
+    EXPECT_LE(double(training_bytes(stack->parameters(), opt)), 3.0 * double(model_bytes) / 4 * 1.01);
   });
 }
 
