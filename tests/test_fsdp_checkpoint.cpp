@@ -1,6 +1,10 @@
 // FSDP v1 checkpoints (axle/fsdp_checkpoint.h, spec §3.1 "Checkpoints", F5): ShardMetadata's
 // JSON, consolidation of hand-written rank files (flattened multi-parameter units, dim-0
-// shards, padding, the unwrapped order) and its errors, the axle-fsdp-consolidate tool.
+// shards, padding, the unwrapped order) and its errors, the axle-fsdp-consolidate tool, and
+// end to end on 2 ranks: save, consolidate (== the gathered shards, == the unwrapped model),
+// resume in a fresh launch (bit-identical to an uninterrupted run), load errors.
+//
+// launch() re-executes this binary; main() (launch_test_main) narrows a child to its test.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -20,6 +24,8 @@ using namespace axle;
 namespace fs = std::filesystem;
 using axle::test::error_of;
 using axle::test::TempDir;
+using axle::test::in_launched_child;
+using axle::test::prepare_launch;
 using fsdp::ShardMetadata;
 
 namespace {
@@ -344,4 +350,251 @@ TEST(FsdpCheckpoint, ConsolidateToolFailsClearly) {
   EXPECT_FALSE(fs::exists(out));
 }
 
+// ---------------------------------------------------------------- end to end, 2 ranks
+
+// A scratch directory the parent makes and its launched children share (they inherit it).
+std::string shared_dir() {
+  if (in_launched_child()) return std::getenv("AXLE_FSDPCK_TEST_DIR");
+  static TempDir* dir = nullptr;  // one per process, removed at exit
+  static struct Cleanup {
+    ~Cleanup() { delete dir; }
+  } cleanup;
+  if (!dir) dir = new TempDir();
+  ::setenv("AXLE_FSDPCK_TEST_DIR", dir->path.c_str(), 1);
+  return dir->path.string();
+}
+
+void run_ranks(int world, const std::function<void(int)>& fn) {
+  prepare_launch();
+  launch(
+      [&](int rank) {
+        fn(rank);
+        if (testing::Test::HasFailure()) throw std::runtime_error("a test expectation failed on rank " + std::to_string(rank));
+      },
+      {.world_size = world, .timeout_s = 60});
+}
+
+// A module with a buffer, so the unwrapped order interleaves parameters and buffers.
+struct Shift : nn::Module {
+  explicit Shift(int64_t n) { offset = register_buffer("offset", arange(n, {.dtype = kFloat32}) * 0.01); }
+  Tensor forward(const Tensor& x) override { return x + offset; }
+  std::string name() const override { return "Shift"; }
+  Tensor offset;
+};
+
+// The mlp (20 -> 32 -> 4) with a Shift after the first layer: 0.weight, 0.bias, 1.offset,
+// 3.weight, 3.bias.
+nn::ModulePtr make_model(uint64_t seed = 0) {
+  manual_seed(seed);
+  return std::make_shared<nn::Sequential>(std::vector<nn::ModulePtr>{
+      std::make_shared<nn::Linear>(20, 32), std::make_shared<Shift>(32), std::make_shared<nn::ReLU>(),
+      std::make_shared<nn::Linear>(32, 4)});
+}
+
+// FSDP's layouts: the default (each parameter flattened), flattened units nested one per
+// Linear, dim-0 shards (the Linear(32, 4) weight's 4 rows and the biases pad on 3 ranks,
+// not on 2: the padding is exercised by the hand-written files above).
+std::vector<std::pair<std::string, fsdp::FSDPOptions>> layouts() {
+  fsdp::FSDPOptions flat, dim0;
+  flat.flatten_parameters = true;
+  flat.auto_wrap_policy = fsdp::transformer_auto_wrap_policy({"Linear"});
+  dim0.shard_param_on_dim_0 = true;
+  return {{"default", {}}, {"flatten_nested", flat}, {"dim0", dim0}};
+}
+
+// Trains steps [first, first + n): the global batch of step s (16 rows, from a generator
+// seeded by s) split over the ranks; world 1 trains unwrapped on the cpu.
+void train_steps(nn::Module& model, optim::Optimizer& opt, int rank, int world, int first, int n, Device dev) {
+  for (int s = first; s < first + n; ++s) {
+    Generator gen(uint64_t(1000 + s));
+    Tensor x = randn({16, 20}, {}, &gen);
+    auto xs = x.to_vector<float>();
+    std::vector<int64_t> labels;
+    for (int i = 0; i < 16; ++i) labels.push_back((xs[size_t(i) * 20] > 0) + 2 * (xs[size_t(i) * 20 + 1] > 0));
+    Tensor y = from_vector(labels, {16});
+    const int64_t per = 16 / world;
+    x = x.narrow(0, rank * per, per).contiguous();
+    y = y.narrow(0, rank * per, per).contiguous();
+    auto body = [&] {
+      opt.zero_grad();
+      cross_entropy(model(x.to(dev)), y.to(dev)).backward();
+      opt.step();
+    };
+    if (dev.is_xla()) {
+      auto guard = axle::step();
+      body();
+    } else {
+      body();
+    }
+  }
+}
+
+// The full parameters by all-gathering every shard and undoing the sharding by hand (an
+// independent stitch of get_shard_metadata), with the buffers of this rank.
+std::map<std::string, Tensor> gathered_state(const fsdp::FSDP& model) {
+  const ShardMetadata m = model.get_shard_metadata();
+  std::map<std::string, Tensor> shards;
+  for (const auto& [n, t] : model.named_parameters()) shards[n] = t;
+  std::map<std::string, Tensor> out;
+  for (const auto& p : m.params) {
+    EXPECT_TRUE(shards.count(p.shard_name)) << p.shard_name;
+    if (!shards.count(p.shard_name)) continue;
+    Tensor whole = dist::all_gather(shards[p.shard_name].detach());
+    axle::sync();
+    whole = whole.cpu();
+    if (p.dim0) {
+      out[p.names[0]] = whole.narrow(0, 0, p.shapes[0][0]).contiguous();
+      continue;
+    }
+    int64_t off = 0;
+    for (size_t k = 0; k < p.names.size(); ++k) {
+      const int64_t n = numel_of(p.shapes[k]);
+      out[p.names[k]] = whole.narrow(0, off, n).reshape(p.shapes[k]).contiguous();
+      off += n;
+    }
+  }
+  const auto buffers = model.named_buffers();
+  EXPECT_EQ(buffers.size(), m.buffer_names.size());
+  for (size_t i = 0; i < buffers.size() && i < m.buffer_names.size(); ++i) out[m.buffer_names[i]] = buffers[i].second.cpu();
+  return out;
+}
+
+std::vector<std::string> keys_of(const nn::StateDict& sd) {
+  std::vector<std::string> k;
+  for (const auto& [n, t] : sd) k.push_back(n);
+  return k;
+}
+
+TEST(FsdpCheckpoint2Ranks, ConsolidatedEqualsTheUnwrappedModelAndTheGatheredShards) {
+  const std::string dir = shared_dir();
+  run_ranks(2, [&](int rank) {
+    dist::init_process_group("xla", "xla://");
+    const nn::StateDict initial = make_model()->state_dict();
+    const std::vector<std::string> order = keys_of(initial);
+    // The same training unwrapped, on the whole batch (DDP's tolerance: the mean over two
+    // half batches is not the same float sum as over the whole batch).
+    auto ref = make_model();
+    optim::SGD ref_opt(ref->parameters(), {.lr = 0.05, .momentum = 0.9});
+    train_steps(*ref, ref_opt, 0, 1, 0, 3, kCPU);
+    for (const auto& [layout, opts] : layouts()) {
+      SCOPED_TRACE(layout);
+      auto net = make_model();
+      net->to(device());
+      auto model = std::make_shared<fsdp::FSDP>(net, opts);
+      optim::SGD opt(model->parameters(), {.lr = 0.05, .momentum = 0.9});
+      // Before training: exactly the unwrapped model's state, in its order.
+      const std::string p0 = dir + "/" + layout + "_step0_";
+      fsdp::save_sharded_checkpoint(p0, *model, {.optimizer = &opt});
+      expect_same_state(fsdp::consolidate_sharded_model_checkpoints(p0), initial);
+
+      train_steps(*model, opt, rank, 2, 0, 3, device());
+      const std::string p3 = dir + "/" + layout + "_step3_";
+      fsdp::save_sharded_checkpoint(p3, *model, {.optimizer = &opt, .step = 3});
+      const nn::StateDict full = fsdp::consolidate_sharded_model_checkpoints(p3);
+      EXPECT_EQ(keys_of(full), order);
+      std::map<std::string, Tensor> gathered = gathered_state(*model);
+      ASSERT_EQ(gathered.size(), full.size());
+      for (const auto& [n, t] : full) expect_identical(t, gathered[n], n + " (consolidated vs gathered)");
+      const nn::StateDict want = ref->state_dict();
+      for (size_t i = 0; i < want.size() && i < full.size(); ++i) {
+        const auto a = full[i].second.to_vector<float>(), b = want[i].second.to_vector<float>();
+        ASSERT_EQ(a.size(), b.size());
+        double worst = 0, scale = 0;
+        for (size_t k = 0; k < a.size(); ++k) {
+          worst = std::max(worst, double(std::abs(a[k] - b[k])));
+          scale = std::max(scale, double(std::abs(b[k])));
+        }
+        EXPECT_LE(worst, 1e-5 * scale) << want[i].first;
+      }
+      // The trained state moved away from the initial one (the comparisons above can fail).
+      EXPECT_NE(full[0].second.to_vector<float>(), initial[0].second.to_vector<float>());
+      // The tool writes the same tensors.
+      if (rank == 0) {
+        const std::string out = dir + "/" + layout + "_full.safetensors";
+        const test::Result r = run_tool("--ckpt-prefix '" + p3 + "' --output '" + out + "'");
+        EXPECT_EQ(r.status, 0) << r.out << r.err;
+        expect_same_state(load(out).tensors, full);
+      }
+    }
+  });
+}
+
+// Rank files of a 2-rank run: the parameters after `steps` steps, by layout.
+void save_run(int rank, int steps, const std::string& tag) {
+  for (const auto& [layout, opts] : layouts()) {
+    auto model = std::make_shared<fsdp::FSDP>(nn::to(make_model(), device()), opts);
+    optim::SGD opt(model->parameters(), {.lr = 0.05, .momentum = 0.9});
+    train_steps(*model, opt, rank, 2, 0, steps, device());
+    fsdp::save_sharded_checkpoint(shared_dir() + "/" + layout + tag, *model, {.optimizer = &opt, .step = steps});
+  }
+}
+
+TEST(FsdpCheckpoint2Ranks, ResumeInAFreshLaunchIsBitIdentical) {
+  const std::string dir = shared_dir();
+  // The uninterrupted run (4 steps) and the one that stops after 2, in one launch.
+  run_ranks(2, [&](int rank) {
+    dist::init_process_group("xla", "xla://");
+    save_run(rank, 4, "_uninterrupted_");
+    save_run(rank, 2, "_stopped_");
+  });
+  // Fresh processes: another initialisation, the sharded files, 2 more steps.
+  run_ranks(2, [&](int rank) {
+    dist::init_process_group("xla", "xla://");
+    for (const auto& [layout, opts] : layouts()) {
+      SCOPED_TRACE(layout);
+      auto model = std::make_shared<fsdp::FSDP>(nn::to(make_model(/*seed=*/99), device()), opts);
+      optim::SGD opt(model->parameters(), {.lr = 0.05, .momentum = 0.9});
+      const Checkpoint ck = fsdp::load_sharded_checkpoint(dir + "/" + layout + "_stopped_", *model, {.optimizer = &opt});
+      EXPECT_EQ(ck.step, 2);
+      EXPECT_TRUE(ck.metadata.empty());
+      train_steps(*model, opt, rank, 2, 2, 2, device());
+      fsdp::save_sharded_checkpoint(dir + "/" + layout + "_resumed_", *model, {.optimizer = &opt, .step = 4});
+      expect_same_state(fsdp::consolidate_sharded_model_checkpoints(dir + "/" + layout + "_resumed_"),
+                        fsdp::consolidate_sharded_model_checkpoints(dir + "/" + layout + "_uninterrupted_"));
+      // The momentum buffers too.
+      const SafeTensors a = load(fsdp::shard_file(dir + "/" + layout + "_resumed_", rank, 2));
+      const SafeTensors b = load(fsdp::shard_file(dir + "/" + layout + "_uninterrupted_", rank, 2));
+      expect_same_state(a.tensors, b.tensors);
+    }
+  });
+}
+
+TEST(FsdpCheckpoint2Ranks, LoadErrorsNameBothValues) {
+  const std::string dir = shared_dir();
+  run_ranks(2, [&](int rank) {
+    dist::init_process_group("xla", "xla://");
+    auto model = std::make_shared<fsdp::FSDP>(nn::to(make_model(), device()));
+    const std::string p = dir + "/errors_";
+    fsdp::save_sharded_checkpoint(p, *model);
+    if (rank == 0) {
+      // The same files under a 3-rank name; rank 0's and rank 1's files swapped.
+      for (int r = 0; r < 2; ++r) {
+        fs::copy_file(fsdp::shard_file(p, r, 2), fsdp::shard_file(dir + "/world3_", r, 3));
+        fs::copy_file(fsdp::shard_file(p, r, 2), fsdp::shard_file(dir + "/swapped_", 1 - r, 2));
+      }
+    }
+    (void)xm::rendezvous("copied");
+    std::string e = error_of([&] { (void)fsdp::load_sharded_checkpoint(dir + "/world3_", *model); });
+    EXPECT_NE(e.find("was written by world size 3"), std::string::npos) << e;
+    EXPECT_NE(e.find("this run has world size 2"), std::string::npos) << e;
+    e = error_of([&] { (void)fsdp::load_sharded_checkpoint(dir + "/swapped_", *model); });
+    EXPECT_NE(e.find("was written by rank " + std::to_string(1 - rank) + ", this is rank " + std::to_string(rank)),
+              std::string::npos)
+        << e;
+    // Other shapes: a model with 16 hidden units.
+    manual_seed(0);
+    auto narrow_net = std::make_shared<nn::Sequential>(std::vector<nn::ModulePtr>{
+        std::make_shared<nn::Linear>(20, 16), std::make_shared<Shift>(16), std::make_shared<nn::ReLU>(),
+        std::make_shared<nn::Linear>(16, 4)});
+    auto other = std::make_shared<fsdp::FSDP>(nn::to(narrow_net, device()));
+    e = error_of([&] { (void)fsdp::load_sharded_checkpoint(p, *other); });
+    EXPECT_NE(e.find("does not match the model's sharding"), std::string::npos) << e;
+    EXPECT_NE(e.find("the file has [[32, 20]], the model has [[16, 20]]"), std::string::npos) << e;
+    // Nothing was changed by the failed loads: the model still loads its own file.
+    EXPECT_NO_THROW((void)fsdp::load_sharded_checkpoint(p, *model));
+  });
+}
+
 }  // namespace
+
+int main(int argc, char** argv) { return axle::test::launch_test_main(argc, argv); }
