@@ -569,8 +569,9 @@ TEST(FsdpCheckpoint2Ranks, LoadErrorsNameBothValues) {
     if (rank == 0) {
       // The same files under a 3-rank name; rank 0's and rank 1's files swapped.
       for (int r = 0; r < 2; ++r) {
-        fs::copy_file(fsdp::shard_file(p, r, 2), fsdp::shard_file(dir + "/world3_", r, 3));
-        fs::copy_file(fsdp::shard_file(p, r, 2), fsdp::shard_file(dir + "/swapped_", 1 - r, 2));
+        const auto over = fs::copy_options::overwrite_existing;
+        fs::copy_file(fsdp::shard_file(p, r, 2), fsdp::shard_file(dir + "/world3_", r, 3), over);
+        fs::copy_file(fsdp::shard_file(p, r, 2), fsdp::shard_file(dir + "/swapped_", 1 - r, 2), over);
       }
     }
     (void)xm::rendezvous("copied");
