@@ -353,6 +353,8 @@ TEST(FsdpCheckpoint, ConsolidateToolFailsClearly) {
 // ---------------------------------------------------------------- end to end, 2 ranks
 
 // A scratch directory the parent makes and its launched children share (they inherit it).
+// Call it in the test body, not in the rank function (launch() clears the variables
+// in_launched_child reads before it runs the function).
 std::string shared_dir() {
   if (in_launched_child()) return std::getenv("AXLE_FSDPCK_TEST_DIR");
   static TempDir* dir = nullptr;  // one per process, removed at exit
@@ -520,12 +522,12 @@ TEST(FsdpCheckpoint2Ranks, ConsolidatedEqualsTheUnwrappedModelAndTheGatheredShar
 }
 
 // Rank files of a 2-rank run: the parameters after `steps` steps, by layout.
-void save_run(int rank, int steps, const std::string& tag) {
+void save_run(int rank, int steps, const std::string& prefix) {
   for (const auto& [layout, opts] : layouts()) {
     auto model = std::make_shared<fsdp::FSDP>(nn::to(make_model(), device()), opts);
     optim::SGD opt(model->parameters(), {.lr = 0.05, .momentum = 0.9});
     train_steps(*model, opt, rank, 2, 0, steps, device());
-    fsdp::save_sharded_checkpoint(shared_dir() + "/" + layout + tag, *model, {.optimizer = &opt, .step = steps});
+    fsdp::save_sharded_checkpoint(prefix + layout + "_", *model, {.optimizer = &opt, .step = steps});
   }
 }
 
@@ -534,8 +536,8 @@ TEST(FsdpCheckpoint2Ranks, ResumeInAFreshLaunchIsBitIdentical) {
   // The uninterrupted run (4 steps) and the one that stops after 2, in one launch.
   run_ranks(2, [&](int rank) {
     dist::init_process_group("xla", "xla://");
-    save_run(rank, 4, "_uninterrupted_");
-    save_run(rank, 2, "_stopped_");
+    save_run(rank, 4, dir + "/uninterrupted_");
+    save_run(rank, 2, dir + "/stopped_");
   });
   // Fresh processes: another initialisation, the sharded files, 2 more steps.
   run_ranks(2, [&](int rank) {
@@ -544,16 +546,16 @@ TEST(FsdpCheckpoint2Ranks, ResumeInAFreshLaunchIsBitIdentical) {
       SCOPED_TRACE(layout);
       auto model = std::make_shared<fsdp::FSDP>(nn::to(make_model(/*seed=*/99), device()), opts);
       optim::SGD opt(model->parameters(), {.lr = 0.05, .momentum = 0.9});
-      const Checkpoint ck = fsdp::load_sharded_checkpoint(dir + "/" + layout + "_stopped_", *model, {.optimizer = &opt});
+      const Checkpoint ck = fsdp::load_sharded_checkpoint(dir + "/stopped_" + layout + "_", *model, {.optimizer = &opt});
       EXPECT_EQ(ck.step, 2);
       EXPECT_TRUE(ck.metadata.empty());
       train_steps(*model, opt, rank, 2, 2, 2, device());
-      fsdp::save_sharded_checkpoint(dir + "/" + layout + "_resumed_", *model, {.optimizer = &opt, .step = 4});
-      expect_same_state(fsdp::consolidate_sharded_model_checkpoints(dir + "/" + layout + "_resumed_"),
-                        fsdp::consolidate_sharded_model_checkpoints(dir + "/" + layout + "_uninterrupted_"));
+      fsdp::save_sharded_checkpoint(dir + "/resumed_" + layout + "_", *model, {.optimizer = &opt, .step = 4});
+      expect_same_state(fsdp::consolidate_sharded_model_checkpoints(dir + "/resumed_" + layout + "_"),
+                        fsdp::consolidate_sharded_model_checkpoints(dir + "/uninterrupted_" + layout + "_"));
       // The momentum buffers too.
-      const SafeTensors a = load(fsdp::shard_file(dir + "/" + layout + "_resumed_", rank, 2));
-      const SafeTensors b = load(fsdp::shard_file(dir + "/" + layout + "_uninterrupted_", rank, 2));
+      const SafeTensors a = load(fsdp::shard_file(dir + "/resumed_" + layout + "_", rank, 2));
+      const SafeTensors b = load(fsdp::shard_file(dir + "/uninterrupted_" + layout + "_", rank, 2));
       expect_same_state(a.tensors, b.tensors);
     }
   });
