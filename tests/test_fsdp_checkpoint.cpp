@@ -376,16 +376,20 @@ void run_ranks(int world, const std::function<void(int)>& fn) {
       {.world_size = world, .timeout_s = 60});
 }
 
-// A module with a buffer, so the unwrapped order interleaves parameters and buffers.
+// A module with a parameter and a buffer, so the unwrapped order interleaves parameters and
+// buffers (a module's parameters, then its buffers, then its children).
 struct Shift : nn::Module {
-  explicit Shift(int64_t n) { offset = register_buffer("offset", arange(n, {.dtype = kFloat32}) * 0.01); }
-  Tensor forward(const Tensor& x) override { return x + offset; }
+  explicit Shift(int64_t n) {
+    scale = register_parameter("scale", full({n}, 1.0));
+    offset = register_buffer("offset", arange(n, {.dtype = kFloat32}) * 0.01);
+  }
+  Tensor forward(const Tensor& x) override { return x * scale + offset; }
   std::string name() const override { return "Shift"; }
-  Tensor offset;
+  Tensor scale, offset;
 };
 
-// The mlp (20 -> 32 -> 4) with a Shift after the first layer: 0.weight, 0.bias, 1.offset,
-// 3.weight, 3.bias.
+// The mlp (20 -> 32 -> 4) with a Shift after the first layer: 0.weight, 0.bias, 1.scale,
+// 1.offset, 3.weight, 3.bias.
 nn::ModulePtr make_model(uint64_t seed = 0) {
   manual_seed(seed);
   return std::make_shared<nn::Sequential>(std::vector<nn::ModulePtr>{
