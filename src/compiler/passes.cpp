@@ -67,7 +67,11 @@ class CsePass final : public Pass {
       // A barrier is never merged: two barriers on the same values stay two (that is what
       // they are for: FSDP's backward re-gather must not become the forward's gather).
       if (n.kind == NodeKind::Op && ops::is_barrier(n.op)) continue;
-      if (n.kind == NodeKind::Op && ops::has_side_effects(n.op)) continue;  // two collectives are two calls
+      // Two identical collectives (same op, operands, attributes) are one: every rank runs
+      // the same graph, so every rank merges the same pair, and the survivor is the earlier
+      // one, so the collectives left keep their order. Other effects would stay apart.
+      if (n.kind == NodeKind::Op && ops::has_side_effects(n.op) && ops::shard_rule(n.op) != ops::ShardRule::Collective)
+        continue;
       auto [it, fresh] = seen.try_emplace(node_key(n), int(i));
       if (fresh) continue;
       for (size_t j = 0; j < n.outs.size(); ++j) p.replace_uses({int(i), int(j)}, {it->second, int(j)});

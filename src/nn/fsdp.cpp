@@ -114,9 +114,9 @@ int64_t unwrapped_numel(Module& m) {
   return n;
 }
 
-// TODO(h-barrier): axle::optimization_barrier (branch h-barrier) once it is merged; until
-// then the values pass unchanged, so nothing keeps CSE from merging a unit's two gathers.
-std::vector<Tensor> barrier(std::vector<Tensor> ts) { return ts; }
+// Keeps the compiler from merging or moving values across (CSE would merge a unit's
+// forward and backward gathers: same op, same operand).
+std::vector<Tensor> barrier(std::vector<Tensor> ts) { return optimization_barrier(std::move(ts)); }
 
 // A node that runs `fn(gradient)` when backward reaches the tensor it made, before the
 // vjps of the ops that produced that tensor are recorded (a pre-backward hook).
@@ -440,7 +440,10 @@ Tensor XlaFullyShardedDataParallel::forward(const Tensor& x) {
       NoGradGuard no_grad;
       for (FlatParam& fp : unit->params) {
         if (fp.saved.empty()) continue;
-        const std::vector<Tensor> again = unit->gather(fp, with_barrier ? grad_out : Tensor());
+        // The dependency is a scalar of the gradient: a barrier's outputs may outlive it, and
+        // the gradient itself must die at its last use.
+        const std::vector<Tensor> again =
+            unit->gather(fp, with_barrier && grad_out.defined() ? grad_out.sum() : Tensor());
         for (size_t i = 0; i < fp.saved.size(); ++i) lazy::replace_value(fp.saved[i], again[i]);
         fp.saved.clear();
       }
