@@ -262,7 +262,17 @@ TEST(FsdpCheckpoint, ConsolidateErrorsNameTheProblem) {
   write_rank_files(p, 3, fx.units, fx.buffers, fx.order);
   fs::remove(fsdp::shard_file(p, 1, 3));
   std::string e = consolidate(p);
-  EXPECT_NE(e.find("expected the files of ranks 0..2 (world size 3), missing rank(s) 1"), std::string::npos) << e;
+  EXPECT_NE(e.find("expected the files of ranks 0..2 (world size 3), missing 1 of them, the first rank 1 (no '" +
+                   fsdp::shard_file(p, 1, 3) + "')"),
+            std::string::npos)
+      << e;
+  // A name that lies: a huge world size, a rank beyond it.
+  save(load(fsdp::shard_file(p, 0, 3)).tensors, fsdp::shard_file(dir / "huge_", 0, 999999999));
+  e = consolidate(dir / "huge_");
+  EXPECT_NE(e.find("world size 999999999), missing 999999998 of them, the first rank 1"), std::string::npos) << e;
+  save(load(fsdp::shard_file(p, 0, 3)).tensors, dir / "odd_rank-5-of-2.safetensors");
+  e = consolidate(dir / "odd_");
+  EXPECT_NE(e.find("odd_rank-5-of-2.safetensors' names rank 5 of world size 2"), std::string::npos) << e;
 
   write_rank_files(p, 3, fx.units, fx.buffers, fx.order);
   write_rank_files(p, 2, fx.units, fx.buffers, fx.order);

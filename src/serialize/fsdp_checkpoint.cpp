@@ -285,19 +285,21 @@ nn::StateDict consolidate_sharded_model_checkpoints(const std::string& prefix, c
   for (const RankFile& f : found)
     AXLE_CHECK(f.world == world, what, ": files of different world sizes match '", prefix, "rank-*-of-*", suffix,
                "': '", found.front().path, "' (", world, ") and '", f.path, "' (", f.world, ")");
-  std::vector<std::string> paths(static_cast<size_t>(world));
-  for (const RankFile& f : found)
-    if (f.rank < world) paths[size_t(f.rank)] = f.path;
-  std::string missing;
-  int first_missing = -1;
-  for (int r = 0; r < world; ++r)
-    if (paths[size_t(r)].empty()) {
-      missing += (missing.empty() ? "" : ", ") + std::to_string(r);
-      if (first_missing < 0) first_missing = r;
-    }
-  AXLE_CHECK(missing.empty(), what, ": expected the files of ranks 0..", world - 1, " (world size ", world,
-             "), missing rank(s) ", missing, " (no '",
-             first_missing < 0 ? std::string() : shard_file(prefix, first_missing, world, suffix), "')");
+  // By rank; a lying name (a huge world size) allocates nothing: only the files found count.
+  std::map<int, std::string> by_rank;
+  for (const RankFile& f : found) {
+    AXLE_CHECK(f.rank < f.world, what, ": '", f.path, "' names rank ", f.rank, " of world size ", f.world);
+    by_rank[f.rank] = f.path;
+  }
+  if (int(by_rank.size()) != world) {
+    int first = 0;
+    while (by_rank.count(first)) ++first;
+    AXLE_FAIL(what, ": expected the files of ranks 0..", world - 1, " (world size ", world, "), missing ",
+              world - int(by_rank.size()), " of them, the first rank ", first, " (no '",
+              shard_file(prefix, first, world, suffix), "')");
+  }
+  std::vector<std::string> paths;
+  for (const auto& [r, path] : by_rank) paths.push_back(path);
 
   std::vector<SafeTensors> files;
   std::vector<ShardMetadata> metas;
