@@ -12,10 +12,8 @@
 #include <filesystem>
 #include <functional>
 #include <map>
-#include <set>
 #include <tuple>
 #include <unordered_map>
-#include <unordered_set>
 
 #include <nlohmann/json.hpp>
 
