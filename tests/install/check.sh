@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The `install_package` test: installs this build into a prefix inside the build tree, then
 # builds tests/install/main.cpp out of tree against that prefix twice -- with find_package(axle)
-# and with pkg-config -- and runs both builds and the installed axle-train. Every program must
+# and with pkg-config -- and runs both builds and the installed tools (axle-train,
+# axle-fsdp-consolidate). Every program must
 # load the installed libaxle (not the build tree's).
 #
 #   bash tests/install/check.sh BUILD_DIR [CXX] [CMAKE] [CONSUMER_FLAGS]
@@ -24,7 +25,7 @@ die() { echo "install_package: FAILED: $*" >&2; exit 1; }
 lib=$(find "$P" -name 'libaxle.so' | head -n 1)
 [ -n "$lib" ] || die "no libaxle.so under $P"
 LIBDIR=$(dirname "$lib")
-for f in include/axle/axle.h bin/axle-train; do [ -e "$P/$f" ] || die "$f not installed"; done
+for f in include/axle/axle.h bin/axle-train bin/axle-fsdp-consolidate; do [ -e "$P/$f" ] || die "$f not installed"; done
 [ -f "$LIBDIR/cmake/axle/axleConfig.cmake" ] && [ -f "$LIBDIR/cmake/axle/axleConfigVersion.cmake" ] \
   || die "no CMake package under $LIBDIR/cmake/axle"
 [ -f "$LIBDIR/pkgconfig/axle.pc" ] || die "no $LIBDIR/pkgconfig/axle.pc"
@@ -51,6 +52,9 @@ say "$(wc -l <"$W/all_headers.cpp") installed headers compile against the prefix
 uses_installed_lib "$P/bin/axle-train"
 env -u LD_LIBRARY_PATH "$P/bin/axle-train" --help >/dev/null || die "installed axle-train --help"
 say "installed axle-train runs"
+uses_installed_lib "$P/bin/axle-fsdp-consolidate"
+env -u LD_LIBRARY_PATH "$P/bin/axle-fsdp-consolidate" --help >/dev/null || die "installed axle-fsdp-consolidate --help"
+say "installed axle-fsdp-consolidate runs"
 
 # 1. CMake: find_package(axle) from the prefix.
 "$CMAKE" -S "$S" -B "$W/cmake" -DCMAKE_PREFIX_PATH="$P" -DCMAKE_CXX_COMPILER="$CXX" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS="$XFLAGS" \
