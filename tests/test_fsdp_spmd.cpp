@@ -195,6 +195,9 @@ TEST_F(FsdpSpmd, ErrorsNameWhatIsMissing) {
   EXPECT_NE(error_of([&] { SpmdFullyShardedDataParallel(inner, {.mesh = xs::get_1d_mesh("fsdp")}); })
                 .find("already wrapped"),
             std::string::npos);
+  EXPECT_NE(error_of([&] { SpmdFullyShardedDataParallel(inner->module(), {.mesh = xs::get_1d_mesh("fsdp")}); })
+                .find("already wrapped"),
+            std::string::npos);
 }
 
 TEST_F(FsdpSpmd, LargestDimOfEachParameterAndDim0OfTheOutputOnFsdp) {
@@ -317,22 +320,6 @@ TEST_F(FsdpSpmd, AutoWrapPolicyMakesEachLinearAUnit) {
   EXPECT_NE(dynamic_cast<SpmdFullyShardedDataParallel*>(net->named_children()[0].second.get()), nullptr);
   (*root2)(x);
   EXPECT_EQ(calls, 3);
-  // Wrapping a unit in turn (as auto_wrapper_callable would): calls run the outermost.
-  struct Counting : nn::Module {
-    nn::ModulePtr inner;
-    int runs = 0;
-    explicit Counting(nn::ModulePtr m) : inner(register_module("inner", std::move(m))) {}
-    Tensor forward(const Tensor& x) override { return ++runs, inner->forward(x); }
-  };
-  auto outer = std::make_shared<Counting>(net->named_children()[0].second);
-  net->wrap_child("fc1", outer);
-  calls = 0;
-  (*root2)(x);
-  EXPECT_EQ(outer->runs, 1);
-  EXPECT_EQ(calls, 3) << "the unit inside still shards its output";
-  EXPECT_NE(error_of([&] { net->wrap_child("fc1", nullptr); }).find("got a null wrapper"), std::string::npos);
-  EXPECT_NE(error_of([&] { net->wrap_child("fc3", std::make_shared<nn::ReLU>()); }).find("no child named \"fc3\""),
-            std::string::npos);
 }
 
 // ---------------------------------------------------------------- F7: memory

@@ -5,6 +5,7 @@
 // weight is the operand resharded) and a reduce-scatter of each weight gradient (a dot
 // contracting the sharded batch is Partial, resharded to the weight's tiled sharding).
 #include <algorithm>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -40,17 +41,6 @@ int64_t unwrapped_params(const nn::Module& m) {
   return n;
 }
 
-// torch_xla's recursive_wrap: children first; `m` itself is wrapped (returned) when the
-// policy asks, except the root (only_children), which the constructor wraps.
-nn::ModulePtr recursive_wrap(const nn::ModulePtr& m, const SpmdFullyShardedDataParallelOptions& o, bool only_children) {
-  if (dynamic_cast<SpmdFullyShardedDataParallel*>(m.get())) return nullptr;  // already a unit
-  if (!o.auto_wrap_policy(*m, /*recurse=*/true, unwrapped_params(*m))) return nullptr;
-  for (const auto& [name, child] : m->named_children())
-    if (nn::ModulePtr w = recursive_wrap(child, o, /*only_children=*/false)) m->wrap_child(name, w);
-  if (only_children || !o.auto_wrap_policy(*m, /*recurse=*/false, unwrapped_params(*m))) return nullptr;
-  return std::make_shared<SpmdFullyShardedDataParallel>(m, o);
-}
-
 }  // namespace
 
 SpmdFullyShardedDataParallel::SpmdFullyShardedDataParallel(nn::ModulePtr module, SpmdFullyShardedDataParallelOptions o)
@@ -61,8 +51,8 @@ SpmdFullyShardedDataParallel::SpmdFullyShardedDataParallel(nn::ModulePtr module,
         AXLE_CHECK(m.has_value(), kWho, " no mesh: pass options.mesh or call xs::set_global_mesh");
         return *m;
       }()) {
-  AXLE_CHECK(!dynamic_cast<SpmdFullyShardedDataParallel*>(module_.get()), kWho,
-             " the module is already wrapped in SpmdFullyShardedDataParallel");
+  AXLE_CHECK(!dynamic_cast<SpmdFullyShardedDataParallel*>(module_.get()) && forward_wrapper(*module_) == nullptr, kWho,
+             " the module (", module_->name(), ") is already wrapped with FSDP: wrap each module once");
   AXLE_CHECK(mesh_.get_axis_name_idx("fsdp").has_value(), kWho, " the mesh must have an axis named 'fsdp', got axes ",
              axes_text(mesh_));
   if (opts_.extra_data_axis) {
@@ -77,8 +67,22 @@ SpmdFullyShardedDataParallel::SpmdFullyShardedDataParallel(nn::ModulePtr module,
   for (const Tensor& p : module_->parameters()) on_host |= p.device() != dev;
   for (const Tensor& b : module_->buffers()) on_host |= b.device() != dev;
   if (on_host) module_->to(dev);
-  if (opts_.auto_wrap_policy) recursive_wrap(module_, opts_, /*only_children=*/true);
+  // torch_xla's recursive_wrap: children first; `m` itself is wrapped (returned) when the
+  // policy asks, except the root (only_children), which this unit wraps. A wrapped child
+  // takes its module's place in the parent (its operator() runs the unit: nn::Module).
+  SpmdFullyShardedDataParallelOptions inner = opts_;
+  inner.auto_wrap_policy = nullptr;  // already applied below it
+  std::function<nn::ModulePtr(const nn::ModulePtr&, bool)> wrap = [&](const nn::ModulePtr& m, bool only_children) {
+    if (dynamic_cast<SpmdFullyShardedDataParallel*>(m.get())) return nn::ModulePtr();  // already a unit
+    if (!opts_.auto_wrap_policy(*m, /*recurse=*/true, unwrapped_params(*m))) return nn::ModulePtr();
+    for (const auto& [name, child] : m->named_children())
+      if (nn::ModulePtr w = wrap(child, /*only_children=*/false)) replace_child(*m, name, w);
+    if (only_children || !opts_.auto_wrap_policy(*m, /*recurse=*/false, unwrapped_params(*m))) return nn::ModulePtr();
+    return nn::ModulePtr(std::make_shared<SpmdFullyShardedDataParallel>(m, inner));
+  };
+  if (opts_.auto_wrap_policy) wrap(module_, /*only_children=*/true);
   register_module("_orig_module", module_);
+  set_forward_wrapper(*module_, this);
   // The largest dim over "fsdp" (ties: the first), unless already sharded (an inner unit
   // or the user). Scalars stay replicated.
   for (Tensor p : module_->parameters()) {
@@ -89,6 +93,10 @@ SpmdFullyShardedDataParallel::SpmdFullyShardedDataParallel(nn::ModulePtr module,
     spec[d] = fsdp_dim(opts_.extra_data_axis);
     xs::mark_sharding(p, mesh_, spec);
   }
+}
+
+SpmdFullyShardedDataParallel::~SpmdFullyShardedDataParallel() {
+  if (module_ && forward_wrapper(*module_) == this) set_forward_wrapper(*module_, nullptr);
 }
 
 Tensor SpmdFullyShardedDataParallel::forward(const Tensor& x) {

@@ -6,29 +6,13 @@
 
 #include "axle/autograd.h"
 #include "axle/ops.h"
+#include "core/rebind.h"
 #include "core/tensor_impl.h"
 #include "lazy/ir.h"
 
 namespace axle::nn {
 
 namespace {
-
-// Makes `dst` hold `src`'s values, device and dtype while keeping dst's identity
-// (TensorImpl) and autograd meta, so every handle to dst sees the move. `src` must
-// be a fresh tensor (not a view of dst). Every data-describing TensorImpl field is
-// carried over (a new one must be added here too).
-void rebind_data(const Tensor& dst, const Tensor& src) {
-  TensorImpl* d = dst.impl();
-  const TensorImpl* s = src.impl();
-  d->dtype = s->dtype;
-  d->device = s->device;
-  d->shape = s->shape;
-  d->strides = s->strides;
-  d->offset = s->offset;
-  d->storage = s->storage;
-  d->lazy = s->lazy;
-  d->refresh();
-}
 
 std::string join_keys(const std::vector<std::string>& keys) {
   std::string out;
@@ -42,27 +26,6 @@ std::string join_keys(const std::vector<std::string>& keys) {
 }  // namespace
 
 Module::~Module() = default;
-
-Tensor Module::operator()(const Tensor& x) {
-  // The outermost wrapper (a wrapper may be wrapped in turn: wrap_child of a wrapped child).
-  Module* m = this;
-  std::shared_ptr<Module> hold;
-  while (std::shared_ptr<Module> w = m->wrapper_.lock()) hold = std::move(w), m = hold.get();
-  return m->forward(x);
-}
-
-void Module::wrap_child(const std::string& name, std::shared_ptr<Module> wrapper) {
-  AXLE_CHECK(wrapper != nullptr, "[", this->name(), "] wrap_child(\"", name, "\") got a null wrapper");
-  for (auto& [n, c] : children_) {
-    if (n != name) continue;
-    AXLE_CHECK(c->wrapper_.expired(), "[", this->name(), "] child \"", name, "\" is already wrapped");
-    AXLE_CHECK(wrapper != c, "[", this->name(), "] wrap_child(\"", name, "\"): a module cannot wrap itself");
-    c->wrapper_ = wrapper;
-    c = std::move(wrapper);
-    return;
-  }
-  AXLE_FAIL("[", this->name(), "] wrap_child: no child named \"", name, "\"");
-}
 
 Tensor Module::forward(const Tensor&) {
   AXLE_FAIL("[", name(), "] forward() is not implemented: override Module::forward in your module");
@@ -103,6 +66,22 @@ void Module::register_module_impl(const std::string& name, std::shared_ptr<Modul
   AXLE_CHECK(m.get() != this, "[", this->name(), "] a module cannot be its own child");
   check_new_name(name, "module");
   children_.emplace_back(name, std::move(m));
+}
+
+void Module::unregister_parameter(Module& m, const std::string& name) {
+  const auto n = std::erase_if(m.params_, [&](const auto& e) { return e.first == name; });
+  AXLE_CHECK(n == 1, "[", m.name(), "] unregister_parameter: no parameter \"", name, "\"");
+}
+
+void Module::replace_child(Module& m, const std::string& name, std::shared_ptr<Module> replacement) {
+  AXLE_CHECK(replacement != nullptr && replacement.get() != &m, "[", m.name(), "] replace_child(\"", name,
+             "\"): expected another module, got ", replacement ? "the module itself" : "a null pointer");
+  for (auto& [n, c] : m.children_)
+    if (n == name) {
+      c = std::move(replacement);
+      return;
+    }
+  AXLE_FAIL("[", m.name(), "] replace_child: no child \"", name, "\"");
 }
 
 void Module::collect_params(const std::string& prefix, bool recurse,

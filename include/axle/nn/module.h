@@ -32,8 +32,9 @@ class Module : public std::enable_shared_from_this<Module> {
 
   /// The layer's computation. The base version throws (a module without forward).
   virtual Tensor forward(const Tensor& x);
-  /// forward(x), or the forward of the module that wraps this one (wrap_child).
-  Tensor operator()(const Tensor& x);
+  /// forward(x), or, for a module a wrapper took over (an FSDP unit), the wrapper's forward:
+  /// a parent that calls its child as (*child)(x) reaches the wrapper.
+  Tensor operator()(const Tensor& x) { return forward_wrapper_ ? forward_wrapper_->forward(x) : forward(x); }
   /// Type name used in messages and str() ("Linear", "Sequential", ...).
   virtual std::string name() const { return "Module"; }
   /// One-line description of the layer's configuration, e.g. "in_features=784, out_features=256".
@@ -76,14 +77,6 @@ class Module : public std::enable_shared_from_this<Module> {
   /// Sets every parameter's gradient to undefined.
   void zero_grad();
 
-  /// Puts `wrapper` in the place of child `name` (FSDP auto-wrapping): the tree lists it
-  /// there (parameters, state_dict, str()), and calls of the old child's operator() run
-  /// wrapper->forward(), which must call the old child's forward() (not its operator()).
-  /// So a parent's forward that calls `(*fc1)(x)` on a member runs the wrapper; wrapping
-  /// the wrapper in turn makes such calls run the outermost one. Errors: no child `name`,
-  /// a null wrapper, a child already wrapped elsewhere (a module registered twice).
-  void wrap_child(const std::string& name, std::shared_ptr<Module> wrapper);
-
  protected:
   /// Adds a parameter (a leaf that requires grad unless requires_grad is false) and returns it.
   /// An undefined `t` registers nothing (e.g. Linear without bias) and returns it.
@@ -96,6 +89,16 @@ class Module : public std::enable_shared_from_this<Module> {
     return m;
   }
   void register_module_impl(const std::string& name, std::shared_ptr<Module> m);
+
+  // For wrappers that take a module over in place (FSDP, axle/fsdp.h). Static, so a wrapper
+  // can apply them to any module of the tree it wraps.
+  /// Removes m's own parameter `name` from its list (the tensor lives on in other handles).
+  static void unregister_parameter(Module& m, const std::string& name);
+  /// Puts `replacement` in the place of m's child `name` (same name, same position).
+  static void replace_child(Module& m, const std::string& name, std::shared_ptr<Module> replacement);
+  /// Makes m's operator() call wrapper->forward (null: m.forward again).
+  static void set_forward_wrapper(Module& m, Module* wrapper) { m.forward_wrapper_ = wrapper; }
+  static Module* forward_wrapper(const Module& m) { return m.forward_wrapper_; }
 
   bool training_ = true;
 
@@ -113,7 +116,7 @@ class Module : public std::enable_shared_from_this<Module> {
   std::vector<std::pair<std::string, Tensor>> params_;
   std::vector<std::pair<std::string, Tensor>> buffers_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
-  std::weak_ptr<Module> wrapper_;  ///< set by the parent's wrap_child (weak: the wrapper owns this module)
+  Module* forward_wrapper_ = nullptr;  ///< see set_forward_wrapper
 };
 
 using ModulePtr = std::shared_ptr<Module>;
