@@ -93,14 +93,22 @@ Plan make_plan(const std::vector<std::shared_ptr<LazyTensor>>& targets) {
   for (size_t t = 0; t < targets.size(); ++t) {
     const LazyTensor& lt = *targets[t];
     const size_t r = pl.roots.which[t];
-    if (lt.sharding && !pl.pins[r]) pl.pins[r] = *lt.sharding;
-    // An in-place update of data this graph reads: the output keeps the input's sharding
-    // (so a parameter keeps its sharding and its buffer can be donated).
-    if (auto in = lt.updates.lock(); in && in->index >= 0 && size_t(in->index) < g.nodes.size() &&
-                                       g.nodes[size_t(in->index)] == in.get()) {
-      pl.updates[r] = true;
-      if (!pl.pins[r]) pl.pins[r] = in->sharding ? *in->sharding : replicated();
-    }
+    // An in-place update of split data this graph reads: the output keeps the input's
+    // sharding (so a parameter keeps its sharding and its buffer can be donated). A
+    // replicated (or unannotated) input's update takes the propagated sharding, as XLA's
+    // propagation to outputs: an optimizer's zero state follows its parameter's sharding
+    // (FSDP v2's momentum is split like its weight, and the gradient reduce-scattered into
+    // it); replicated stays replicated unless the graph splits it. Its own "replicated"
+    // (what the last step left) pins nothing either, so the key is the same for an
+    // unannotated input and the replicated one a step leaves (no recompile).
+    const auto in = lt.updates.lock();
+    const bool update =
+        in && in->index >= 0 && size_t(in->index) < g.nodes.size() && g.nodes[size_t(in->index)] == in.get();
+    const bool split_input = update && in->sharding && !in->sharding->is_replicated();
+    pl.updates[r] = pl.updates[r] || update;
+    if (lt.sharding && !pl.pins[r] && !(update && !split_input && lt.sharding->is_replicated()))
+      pl.pins[r] = *lt.sharding;
+    if (split_input && !pl.pins[r]) pl.pins[r] = *in->sharding;
   }
   uint64_t h = g.hash;
   mix(h, 0x53504D44ull);  // "SPMD"
