@@ -70,14 +70,14 @@ struct XlaFullyShardedDataParallelOptions {
   bool optimization_barrier_in_backward = true;
   /// Parameters are gathered and computed in this dtype (shards, gradients and optimizer
   /// state stay float32); buffers are cast to buffer_dtype. nullopt: unchanged.
-  std::optional<DType> compute_dtype;
-  std::optional<DType> buffer_dtype;
+  std::optional<DType> compute_dtype{};
+  std::optional<DType> buffer_dtype{};
   /// Pads each shard to a multiple of this (torch_xla: 128, a TPU all-gather detail; 1 on CPU).
   int shard_size_multiple = 1;
   /// Nested units: children the policy picks are wrapped first, with these same options.
-  AutoWrapPolicy auto_wrap_policy;
+  AutoWrapPolicy auto_wrap_policy{};
   /// What wraps a picked child (default: FSDP with these options), e.g. to add checkpointing.
-  std::function<nn::ModulePtr(nn::ModulePtr child)> auto_wrapper_callable;
+  std::function<nn::ModulePtr(nn::ModulePtr child)> auto_wrapper_callable{};
 };
 using FSDPOptions = XlaFullyShardedDataParallelOptions;
 
@@ -148,6 +148,9 @@ using FSDP = XlaFullyShardedDataParallel;
 /// wrapping, and its step() says so).
 enum class ParamRole { None, Shard, Full };
 ParamRole param_role(const Tensor& p);
+/// The name param_role's tensor has in the wrapped (unwrapped-model) tree, e.g. "fc1.weight";
+/// for a shard, its state_dict key on its unit; "" for ParamRole::None.
+std::string param_name(const Tensor& p);
 
 struct SpmdFullyShardedDataParallelOptions {
   /// The mesh; must have an axis named "fsdp". nullopt: xs::get_global_mesh().

@@ -9,6 +9,7 @@
 #include "axle/generator.h"
 #include "core/hooks.h"
 #include "core/parallel.h"
+#include "core/rebind.h"
 #include "core/tensor_impl.h"
 
 namespace axle {
@@ -236,6 +237,19 @@ void Tensor::set_grad(const Tensor& g) {
 bool Tensor::is_leaf() const {
   AXLE_DEFINED("is_leaf");
   return !impl_->autograd || !impl_->autograd->grad_fn;
+}
+
+void rebind_data(const Tensor& dst, const Tensor& src) {
+  TensorImpl* d = dst.impl();
+  const TensorImpl* s = src.impl();
+  d->dtype = s->dtype;
+  d->device = s->device;
+  d->shape = s->shape;
+  d->strides = s->strides;
+  d->offset = s->offset;
+  d->storage = s->storage;
+  d->lazy = s->lazy;
+  d->refresh();
 }
 
 void Tensor::set_data(const Tensor& other) const {

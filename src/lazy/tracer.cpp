@@ -3,6 +3,7 @@
 #include <mutex>
 
 #include "lazy/lazy_internal.h"
+#include "lazy/replace_value.h"
 
 namespace axle::lazy {
 namespace detail {
@@ -134,6 +135,25 @@ void set_label(const Tensor& t, const std::string& label, LabelRank rank) {
   lt.label = label;
   lt.label_rank = rank;
   if (lt.data_node) lt.data_node->label = label;
+}
+
+void replace_value(const Tensor& dst, const Tensor& src) {
+  AXLE_CHECK(dst.defined() && src.defined() && dst.device().is_xla() && src.device().is_xla(),
+             "[replace_value] expected two xla tensors");
+  AXLE_CHECK(dst.shape() == src.shape() && dst.dtype() == src.dtype(), "[replace_value] expected ", dst.dtype(),
+             " ", shape_str(dst.shape()), ", got ", src.dtype(), " ", shape_str(src.shape()));
+  LazyTensor& d = *dst.impl()->lazy;
+  const LazyTensor& s = *src.impl()->lazy;
+  if (&d == &s) return;
+  d.ir = s.ir;
+  d.buffer = s.buffer;
+  d.pending = s.pending;
+  d.data_node.reset();  // made again for d when a graph reads its data
+  d.sharding = s.sharding;
+  d.shards = s.shards;
+  d.updates.reset();
+  d.producer = s.producer;
+  if (d.ir) track(dst.impl()->lazy);
 }
 
 std::string label_of(const Tensor& t) {

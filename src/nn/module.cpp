@@ -6,29 +6,13 @@
 
 #include "axle/autograd.h"
 #include "axle/ops.h"
+#include "core/rebind.h"
 #include "core/tensor_impl.h"
 #include "lazy/ir.h"
 
 namespace axle::nn {
 
 namespace {
-
-// Makes `dst` hold `src`'s values, device and dtype while keeping dst's identity
-// (TensorImpl) and autograd meta, so every handle to dst sees the move. `src` must
-// be a fresh tensor (not a view of dst). Every data-describing TensorImpl field is
-// carried over (a new one must be added here too).
-void rebind_data(const Tensor& dst, const Tensor& src) {
-  TensorImpl* d = dst.impl();
-  const TensorImpl* s = src.impl();
-  d->dtype = s->dtype;
-  d->device = s->device;
-  d->shape = s->shape;
-  d->strides = s->strides;
-  d->offset = s->offset;
-  d->storage = s->storage;
-  d->lazy = s->lazy;
-  d->refresh();
-}
 
 std::string join_keys(const std::vector<std::string>& keys) {
   std::string out;
@@ -82,6 +66,22 @@ void Module::register_module_impl(const std::string& name, std::shared_ptr<Modul
   AXLE_CHECK(m.get() != this, "[", this->name(), "] a module cannot be its own child");
   check_new_name(name, "module");
   children_.emplace_back(name, std::move(m));
+}
+
+void Module::unregister_parameter(Module& m, const std::string& name) {
+  const auto n = std::erase_if(m.params_, [&](const auto& e) { return e.first == name; });
+  AXLE_CHECK(n == 1, "[", m.name(), "] unregister_parameter: no parameter \"", name, "\"");
+}
+
+void Module::replace_child(Module& m, const std::string& name, std::shared_ptr<Module> replacement) {
+  AXLE_CHECK(replacement != nullptr && replacement.get() != &m, "[", m.name(), "] replace_child(\"", name,
+             "\"): expected another module, got ", replacement ? "the module itself" : "a null pointer");
+  for (auto& [n, c] : m.children_)
+    if (n == name) {
+      c = std::move(replacement);
+      return;
+    }
+  AXLE_FAIL("[", m.name(), "] replace_child: no child \"", name, "\"");
 }
 
 void Module::collect_params(const std::string& prefix, bool recurse,

@@ -230,7 +230,7 @@ const ModulePtr& Sequential::operator[](size_t i) const {
 }
 Tensor Sequential::forward(const Tensor& x) {
   Tensor y = x;
-  for (auto& m : modules_) y = m->forward(y);
+  for (auto& m : modules_) y = (*m)(y);  // (*m): a wrapped child runs through its wrapper
   return y;
 }
 

@@ -5,6 +5,7 @@
 
 #include "axle/autograd.h"
 #include "axle/ops.h"
+#include "optim/fsdp_guard.h"
 
 namespace axle::optim {
 
@@ -70,6 +71,7 @@ Adam::Adam(std::vector<ParamGroup> groups, AdamOptions o)
                 "Adam") {}
 
 void Adam::step() {
+  check_no_fsdp_full_params(*this, "Adam");
   adam_step(*this, groups_, [this](const ParamGroup& g, const char* k) { return option(g, k); }, false);
 }
 
@@ -81,6 +83,7 @@ AdamW::AdamW(std::vector<ParamGroup> groups, AdamWOptions o)
                 "AdamW") {}
 
 void AdamW::step() {
+  check_no_fsdp_full_params(*this, "AdamW");
   adam_step(*this, groups_, [this](const ParamGroup& g, const char* k) { return option(g, k); }, true);
 }
 

@@ -4,8 +4,10 @@
 #include <unordered_set>
 
 #include "axle/autograd.h"
+#include "axle/fsdp.h"
 #include "axle/ops.h"
 #include "core/tensor_impl.h"
+#include "optim/fsdp_guard.h"
 
 namespace axle::optim {
 
@@ -137,6 +139,16 @@ void Optimizer::load_state_dict(const OptimizerState& s) {
     }
     state_[p.impl()] = std::move(copy);
   }
+}
+
+void check_no_fsdp_full_params(const Optimizer& opt, const char* name) {
+  for (const ParamGroup& g : opt.param_groups())
+    for (const Tensor& p : g.params)
+      if (fsdp::param_role(p) == fsdp::ParamRole::Full)
+        AXLE_FAIL("[", name, "] parameter '", fsdp::param_name(p),
+                  "' belongs to a module wrapped with XlaFullyShardedDataParallel after this optimizer was built: "
+                  "the optimizer must be initialized after the module has been wrapped (pass fsdp_model->parameters(), "
+                  "the shards)");
 }
 
 }  // namespace axle::optim

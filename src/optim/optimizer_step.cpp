@@ -3,6 +3,7 @@
 
 #include "axle/autograd.h"
 #include "axle/dist.h"
+#include "axle/fsdp.h"
 #include "axle/optim/optimizer.h"
 #include "axle/runtime.h"
 #include "axle/xm.h"
@@ -10,6 +11,10 @@
 namespace axle::xm {
 
 void optimizer_step(optim::Optimizer& opt, const OptimizerStepOptions& o) {
+  for (const Tensor& p : opt.parameters())
+    AXLE_CHECK(fsdp::param_role(p) != fsdp::ParamRole::Shard,
+               "[optimizer_step] FSDP parameters: call optimizer.step(); xm::optimizer_step would all-reduce already "
+               "reduce-scattered gradients (parameter '", fsdp::param_name(p), "')");
   const bool multi = runtime::world_size() > 1;
   bool on_xla = false;
   if (multi) {

@@ -3,6 +3,7 @@
 
 #include "axle/autograd.h"
 #include "axle/ops.h"
+#include "optim/fsdp_guard.h"
 
 namespace axle::optim {
 
@@ -33,6 +34,7 @@ SGD::SGD(std::vector<ParamGroup> groups, SGDOptions o) : Optimizer(std::move(gro
 }
 
 void SGD::step() {
+  check_no_fsdp_full_params(*this, "SGD");
   NoGradGuard ng;
   for (auto& g : groups_) {
     const double lr = g.lr;

@@ -32,7 +32,9 @@ class Module : public std::enable_shared_from_this<Module> {
 
   /// The layer's computation. The base version throws (a module without forward).
   virtual Tensor forward(const Tensor& x);
-  Tensor operator()(const Tensor& x) { return forward(x); }
+  /// forward(x), or, for a module a wrapper took over (an FSDP unit), the wrapper's forward:
+  /// a parent that calls its child as (*child)(x) reaches the wrapper.
+  Tensor operator()(const Tensor& x) { return forward_wrapper_ ? forward_wrapper_->forward(x) : forward(x); }
   /// Type name used in messages and str() ("Linear", "Sequential", ...).
   virtual std::string name() const { return "Module"; }
   /// One-line description of the layer's configuration, e.g. "in_features=784, out_features=256".
@@ -88,6 +90,16 @@ class Module : public std::enable_shared_from_this<Module> {
   }
   void register_module_impl(const std::string& name, std::shared_ptr<Module> m);
 
+  // For wrappers that take a module over in place (FSDP, axle/fsdp.h). Static, so a wrapper
+  // can apply them to any module of the tree it wraps.
+  /// Removes m's own parameter `name` from its list (the tensor lives on in other handles).
+  static void unregister_parameter(Module& m, const std::string& name);
+  /// Puts `replacement` in the place of m's child `name` (same name, same position).
+  static void replace_child(Module& m, const std::string& name, std::shared_ptr<Module> replacement);
+  /// Makes m's operator() call wrapper->forward (null: m.forward again).
+  static void set_forward_wrapper(Module& m, Module* wrapper) { m.forward_wrapper_ = wrapper; }
+  static Module* forward_wrapper(const Module& m) { return m.forward_wrapper_; }
+
   bool training_ = true;
 
  private:
@@ -104,6 +116,7 @@ class Module : public std::enable_shared_from_this<Module> {
   std::vector<std::pair<std::string, Tensor>> params_;
   std::vector<std::pair<std::string, Tensor>> buffers_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
+  Module* forward_wrapper_ = nullptr;  ///< see set_forward_wrapper
 };
 
 using ModulePtr = std::shared_ptr<Module>;
