@@ -334,11 +334,12 @@ Result run_spmd_train(const std::string& args) {
 }  // namespace
 
 TEST(Cli, FsdpBadCombinations) {
+  TempDir d;
   expect_usage_error(run_train("--pattern fsdp --device cpu"), "use --device xla");
   expect_usage_error(run_train("--pattern fsdp-spmd --device cpu"), "use --device xla");
   expect_usage_error(run_train("--pattern fsdp-spmd --devices 2 --mesh data=2"), "fsdp-spmd's mesh is always fsdp=");
-  expect_usage_error(run_train("--pattern fsdp --devices 2 --save x"), "not available with --pattern fsdp");
-  expect_usage_error(run_train("--pattern fsdp --devices 2 --resume x"), "not available with --pattern fsdp");
+  expect_usage_error(run_train("--pattern fsdp --devices 2 --save '" + (d / "x") + "'"), "not available with --pattern fsdp");
+  expect_usage_error(run_train("--pattern fsdp --devices 2 --resume '" + (d / "x") + "'"), "not available with --pattern fsdp");
   expect_usage_error(run_train("--pattern fsdp2"), "fsdp2");
 }
 
