@@ -154,12 +154,12 @@ std::string param_name(const Tensor& p);
 
 struct SpmdFullyShardedDataParallelOptions {
   /// The mesh; must have an axis named "fsdp". nullopt: xs::get_global_mesh().
-  std::optional<xs::Mesh> mesh;
+  std::optional<xs::Mesh> mesh{};
   /// Shards the output; default: dim 0 over "fsdp", the other dims replicated.
-  std::function<void(Tensor& out, const xs::Mesh& mesh)> shard_output;
-  AutoWrapPolicy auto_wrap_policy;
+  std::function<void(Tensor& out, const xs::Mesh& mesh)> shard_output{};
+  AutoWrapPolicy auto_wrap_policy{};
   /// Each parameter's sharded dim goes over (extra_data_axis, "fsdp") (HSDP-like).
-  std::optional<std::string> extra_data_axis;
+  std::optional<std::string> extra_data_axis{};
 };
 
 class SpmdFullyShardedDataParallel : public nn::Module {

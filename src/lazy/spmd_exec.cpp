@@ -94,12 +94,15 @@ Plan make_plan(const std::vector<std::shared_ptr<LazyTensor>>& targets) {
     const LazyTensor& lt = *targets[t];
     const size_t r = pl.roots.which[t];
     if (lt.sharding && !pl.pins[r]) pl.pins[r] = *lt.sharding;
-    // An in-place update of data this graph reads: the output keeps the input's sharding
-    // (so a parameter keeps its sharding and its buffer can be donated).
+    // An in-place update of annotated data this graph reads: the output keeps the input's
+    // sharding (so a parameter keeps its sharding and its buffer can be donated). An
+    // unannotated input's update takes the propagated sharding, as XLA's propagation to
+    // outputs: an optimizer's zero state follows its parameter's sharding (FSDP v2's
+    // momentum is sharded like the weight, and the gradient is reduce-scattered into it).
     if (auto in = lt.updates.lock(); in && in->index >= 0 && size_t(in->index) < g.nodes.size() &&
                                        g.nodes[size_t(in->index)] == in.get()) {
       pl.updates[r] = true;
-      if (!pl.pins[r]) pl.pins[r] = in->sharding ? *in->sharding : replicated();
+      if (!pl.pins[r] && in->sharding) pl.pins[r] = *in->sharding;
     }
   }
   uint64_t h = g.hash;

@@ -27,6 +27,28 @@ std::string join_keys(const std::vector<std::string>& keys) {
 
 Module::~Module() = default;
 
+Tensor Module::operator()(const Tensor& x) {
+  if (forward_wrapper_) return forward_wrapper_->forward(x);  // FSDP v1 (set_forward_wrapper)
+  // The outermost wrapper (a wrapper may be wrapped in turn: wrap_child of a wrapped child).
+  Module* m = this;
+  std::shared_ptr<Module> hold;
+  while (std::shared_ptr<Module> w = m->wrapper_.lock()) hold = std::move(w), m = hold.get();
+  return m->forward(x);
+}
+
+void Module::wrap_child(const std::string& name, std::shared_ptr<Module> wrapper) {
+  AXLE_CHECK(wrapper != nullptr, "[", this->name(), "] wrap_child(\"", name, "\") got a null wrapper");
+  for (auto& [n, c] : children_) {
+    if (n != name) continue;
+    AXLE_CHECK(c->wrapper_.expired(), "[", this->name(), "] child \"", name, "\" is already wrapped");
+    AXLE_CHECK(wrapper != c, "[", this->name(), "] wrap_child(\"", name, "\"): a module cannot wrap itself");
+    c->wrapper_ = wrapper;
+    c = std::move(wrapper);
+    return;
+  }
+  AXLE_FAIL("[", this->name(), "] wrap_child: no child named \"", name, "\"");
+}
+
 Tensor Module::forward(const Tensor&) {
   AXLE_FAIL("[", name(), "] forward() is not implemented: override Module::forward in your module");
 }

@@ -201,13 +201,13 @@ std::vector<LocalValue> pointwise_partition(PartitionContext& cx, const std::vec
     }
     Sharding target = make_sharding(cx.mesh(), output_to_operand(oda, in[i].global, out));
     LocalValue x = in[i];
-    if (x.sharding.is_partial()) {
-      if (keep_partial && without_partial(x.sharding) == target) {
-        refs.push_back(x.ref);
-        continue;
-      }
-      x = cx.resolve(x, rule);
+    if (x.sharding.is_partial() && keep_partial && without_partial(x.sharding) == target) {
+      refs.push_back(x.ref);
+      continue;
     }
+    // A Partial operand goes straight to its target: a reduce-scatter when the target is
+    // tiled on the partial axes (FSDP's gradient into its sharded optimizer update), not
+    // an all-reduce and a slice.
     refs.push_back(cx.reshard(x, target, rule).ref);
   }
   Sharding os = chosen[0];

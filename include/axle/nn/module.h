@@ -32,9 +32,9 @@ class Module : public std::enable_shared_from_this<Module> {
 
   /// The layer's computation. The base version throws (a module without forward).
   virtual Tensor forward(const Tensor& x);
-  /// forward(x), or, for a module a wrapper took over (an FSDP unit), the wrapper's forward:
-  /// a parent that calls its child as (*child)(x) reaches the wrapper.
-  Tensor operator()(const Tensor& x) { return forward_wrapper_ ? forward_wrapper_->forward(x) : forward(x); }
+  /// forward(x), or the forward of the module that wraps this one: an FSDP v1 unit
+  /// (set_forward_wrapper) or the outermost wrapper put in its place by wrap_child (v2).
+  Tensor operator()(const Tensor& x);
   /// Type name used in messages and str() ("Linear", "Sequential", ...).
   virtual std::string name() const { return "Module"; }
   /// One-line description of the layer's configuration, e.g. "in_features=784, out_features=256".
@@ -77,6 +77,14 @@ class Module : public std::enable_shared_from_this<Module> {
   /// Sets every parameter's gradient to undefined.
   void zero_grad();
 
+  /// Puts `wrapper` in the place of child `name` (FSDP auto-wrapping): the tree lists it
+  /// there (parameters, state_dict, str()), and calls of the old child's operator() run
+  /// wrapper->forward(), which must call the old child's forward() (not its operator()).
+  /// So a parent's forward that calls `(*fc1)(x)` on a member runs the wrapper; wrapping
+  /// the wrapper in turn makes such calls run the outermost one. Errors: no child `name`,
+  /// a null wrapper, a child already wrapped elsewhere (a module registered twice).
+  void wrap_child(const std::string& name, std::shared_ptr<Module> wrapper);
+
  protected:
   /// Adds a parameter (a leaf that requires grad unless requires_grad is false) and returns it.
   /// An undefined `t` registers nothing (e.g. Linear without bias) and returns it.
@@ -117,6 +125,7 @@ class Module : public std::enable_shared_from_this<Module> {
   std::vector<std::pair<std::string, Tensor>> buffers_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
   Module* forward_wrapper_ = nullptr;  ///< see set_forward_wrapper
+  std::weak_ptr<Module> wrapper_;  ///< set by the parent's wrap_child (weak: the wrapper owns this module)
 };
 
 using ModulePtr = std::shared_ptr<Module>;
