@@ -350,9 +350,10 @@ TEST(Dist, CollectivesInEagerMode) {
   });
 }
 
-TEST(Dist, CompilerNeverMergesOrDropsCollectives) {
+TEST(Dist, CompilerMergesOnlyIdenticalCollectivesAndNeverDropsThem) {
   // A program by hand: %0 = data; %1 = all_reduce(%0); %2 = all_reduce(%0) (same key,
-  // result unused). CSE would merge %2 into %1 and DCE would drop it.
+  // result unused): CSE merges %2 into %1 (every rank runs the same graph and merges the
+  // same pair). %3 = all_reduce max of %0 (another key, result unused): DCE keeps it.
   compiler::Program p;
   compiler::PNode in;
   in.kind = compiler::NodeKind::Data;
@@ -360,10 +361,10 @@ TEST(Dist, CompilerNeverMergesOrDropsCollectives) {
   in.outs = {{{4}, kFloat32}};
   p.nodes.push_back(in);
   p.num_inputs = 1;
-  for (int k = 0; k < 2; ++k) {
+  for (int k = 0; k < 3; ++k) {
     compiler::PNode ar;
     ar.op = ops::OpKind::AllReduce;
-    ar.attrs.ints = {0, 0};
+    ar.attrs.ints = {k == 2 ? 3 : 0, 0};
     ar.operands = {{0, 0}};
     ar.outs = {{{4}, kFloat32}};
     p.nodes.push_back(ar);
@@ -377,7 +378,7 @@ TEST(Dist, CompilerNeverMergesOrDropsCollectives) {
   compiler::PNode ar;
   ar.op = ops::OpKind::AllReduce;
   ar.attrs.ints = {0, 0};
-  ar.operands = {{3, 0}};
+  ar.operands = {{4, 0}};
   ar.outs = {{{}, kFloat32}};
   p.nodes.push_back(ar);
   p.outputs = {{1, 0}};
@@ -385,7 +386,9 @@ TEST(Dist, CompilerNeverMergesOrDropsCollectives) {
   int collectives = 0;
   for (const auto& n : p.nodes)
     if (!n.dead && n.kind == compiler::NodeKind::Op && n.op == ops::OpKind::AllReduce) ++collectives;
-  EXPECT_EQ(collectives, 3) << p.text();
+  EXPECT_EQ(collectives, 3) << p.text();  // %1, %3 and the one over a constant
+  ASSERT_EQ(p.outputs.size(), 1u);
+  EXPECT_EQ(p.nodes[size_t(p.outputs[0].node)].op, ops::OpKind::AllReduce);
   // In a group of one the kernels are copies: the program still runs.
   EXPECT_EQ(dist::all_reduce(full({2}, 3.0)).to_vector<float>(), (std::vector<float>{3, 3}));
 }

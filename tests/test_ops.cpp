@@ -683,6 +683,16 @@ std::vector<OpCase> build_table() {
   row({"mask_padding_int64", {I({2, 4}, 0, 3)}, AX(ops::mask_padding(x[0], -1, 6, -100, {1, 0})),
        RF(cat({slice(a[0], 1, 0, 2, 1), map(slice(a[0], 1, 2, 4, 1), [](double) { return -100.0; })}, 1)), false});
 
+  // ---------------------------------------------------------------- compiler barriers (the identity)
+  row({"optimization_barrier", {F({2, 3})}, AX(optimization_barrier({x[0]})[0]), RF(a[0])});
+  // Two operands through one barrier, both outputs used: each gets its own gradient.
+  row({"optimization_barrier_two", {F({2, 3}), F({3})},
+       [](const std::vector<Tensor>& x) -> Outs {
+         std::vector<Tensor> y = optimization_barrier({x[0], x[1]});
+         return {mul(y[0], y[1])};
+       },
+       RF(arith(a[0], a[1], std::multiplies<double>()))});
+
   // ---------------------------------------------------------------- composites (several ops in one graph)
   row({"mlp_block", {F({4, 6}), F({5, 6}), F({5}), F({3, 5}), Idx({4}, {2, 0, 1, 2})},
        AX(cross_entropy(linear(relu(linear(x[0], x[1], x[2])), x[3]), x[4])),

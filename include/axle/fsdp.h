@@ -19,13 +19,25 @@
 //
 // Each parameter (not already owned by an inner FSDP unit) is flattened, padded to a multiple
 // of world_size * shard_size_multiple and split; rank r keeps slice r as a new leaf, the only
-// one parameters() lists. forward() all-gathers the unit's full parameters into the wrapped
-// module's own parameter tensors, runs it and (reshard_after_forward) points them at a
-// re-gather that backward reads, so the forward copy dies at its last forward use (the
-// graph's buffer planner frees it) and the backward copy at its last backward use. When a
-// full parameter's gradient is accumulated it is reduce-scattered (mean over ranks) into
-// the shard's gradient and dropped. On the xla device all of it is ops of the step's graph:
+// one parameters() lists (named "_fsdp_shard_<name with . as _>", or "_fsdp_flat_param"
+// and "_fsdp_flat_param_frozen"; the wrapped module is the child "_fsdp_wrapped_module").
+// Every rank starts from rank 0's values. forward() all-gathers the unit's full parameters
+// into the wrapped module's own parameter tensors and runs it; with reshard_after_forward,
+// when backward reaches the unit's output the values autograd saved are pointed at a
+// re-gather, so the forward copy dies at its last forward use (the graph's buffer planner
+// frees it) and the backward copy at its last backward use. When a full parameter's
+// gradient is accumulated it is reduce-scattered (mean over ranks, as DDP) into the shard's
+// gradient and dropped, and the full parameter goes back to a 1-element placeholder (frozen
+// ones right after forward). On the xla device all of it is ops of the step's graph:
 // optimization barriers keep the two all-gathers of a unit apart (CSE would merge them).
+// On the cpu device everything runs at once; resharding saves nothing there (autograd's
+// saved values keep the gathered storage).
+//
+// Nested units (auto_wrap_policy) take their module's place among its parent's children,
+// and a wrapped module's operator() calls its unit, so a parent's forward that calls
+// (*child)(x) (as Sequential does) reaches the unit; calling child->forward(x) directly
+// would bypass it (its parameters would be placeholders). With flatten_parameters, a
+// unit's gradients are reduce-scattered once every trainable parameter of the unit has one.
 //
 // v2, SPMD (one process, N devices), as torch_xla's SpmdFullyShardedDataParallel: every
 // parameter is sharded on its largest dim over the mesh axis "fsdp" and the output on dim
@@ -70,13 +82,16 @@ struct XlaFullyShardedDataParallelOptions {
   bool optimization_barrier_in_backward = true;
   /// Parameters are gathered and computed in this dtype (shards, gradients and optimizer
   /// state stay float32); buffers are cast to buffer_dtype. nullopt: unchanged.
+  /// Not supported by v1 (the cpu kernels compute in float32): setting either is an error.
   std::optional<DType> compute_dtype{};
   std::optional<DType> buffer_dtype{};
   /// Pads each shard to a multiple of this (torch_xla: 128, a TPU all-gather detail; 1 on CPU).
   int shard_size_multiple = 1;
   /// Nested units: children the policy picks are wrapped first, with these same options.
   AutoWrapPolicy auto_wrap_policy{};
-  /// What wraps a picked child (default: FSDP with these options), e.g. to add checkpointing.
+  /// What wraps a picked child (default: FSDP with these options and no policy), e.g. to add
+  /// checkpointing. The child's parent then holds what it returns; the child's operator()
+  /// still goes to the FSDP unit wrapping it (if the callable made one).
   std::function<nn::ModulePtr(nn::ModulePtr child)> auto_wrapper_callable{};
 };
 using FSDPOptions = XlaFullyShardedDataParallelOptions;
@@ -102,8 +117,11 @@ struct ShardMetadata {
 
 class XlaFullyShardedDataParallel : public nn::Module {
  public:
-  /// Shards `module`'s parameters over the default process group. Errors: a module already
-  /// wrapped (or wrapped inside this one twice), a null module.
+  /// Shards `module`'s parameters (float32, on one device) over the default process group.
+  /// Errors: a null module; a module already wrapped, an FSDP module, or a module inside a
+  /// wrapped tree (its parameters belong to another unit); flatten_parameters together with
+  /// shard_param_on_dim_0; compute_dtype / buffer_dtype. A module without forward() throws
+  /// at the first forward (nn::Module's own).
   explicit XlaFullyShardedDataParallel(nn::ModulePtr module, XlaFullyShardedDataParallelOptions o = {});
   ~XlaFullyShardedDataParallel() override;
 

@@ -167,4 +167,20 @@ Tensor mse_loss(const Tensor& a, const Tensor& b, Reduction r = Reduction::Mean)
 /// Rows of `weight` [num, dim] picked by integer `indices` of any shape: [..., dim].
 Tensor embedding(const Tensor& weight, const Tensor& indices);
 
+// ---- compiler barriers ----
+/// The identity on each of `xs` (one op; the outputs alias the inputs), which the graph
+/// compiler treats as opaque: two barriers on the same values stay two (CSE never merges
+/// them, nor values on its two sides), constant folding and algebraic simplification do not
+/// look through it, elementwise fusion does not cross it. Its gradient is a barrier on the
+/// incoming gradients. Use it to keep the compiler from merging work on purpose repeated,
+/// as torch_xla's xm.optimization_barrier_ (FSDP re-gathers a parameter for the backward).
+/// An empty `xs` gives an empty result; each tensor must be defined.
+std::vector<Tensor> optimization_barrier(std::vector<Tensor> xs);
+
+namespace xm {
+/// In-place form (torch_xla's xm.optimization_barrier_): each element of `xs` is replaced
+/// by its barrier output (the handles in the vector; other handles keep the old value).
+void optimization_barrier_(std::vector<Tensor>& xs);
+}  // namespace xm
+
 }  // namespace axle

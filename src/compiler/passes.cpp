@@ -64,7 +64,14 @@ class CsePass final : public Pass {
       PNode& n = p.nodes[i];
       if (n.dead || n.kind == NodeKind::Data) continue;
       if (n.kind == NodeKind::Constant && n.constant.numel() != 1) continue;
-      if (n.kind == NodeKind::Op && ops::has_side_effects(n.op)) continue;  // two collectives are two calls
+      // A barrier is never merged: two barriers on the same values stay two (that is what
+      // they are for: FSDP's backward re-gather must not become the forward's gather).
+      if (n.kind == NodeKind::Op && ops::is_barrier(n.op)) continue;
+      // Two identical collectives (same op, operands, attributes) are one: every rank runs
+      // the same graph, so every rank merges the same pair, and the survivor is the earlier
+      // one, so the collectives left keep their order. Other effects would stay apart.
+      if (n.kind == NodeKind::Op && ops::has_side_effects(n.op) && ops::shard_rule(n.op) != ops::ShardRule::Collective)
+        continue;
       auto [it, fresh] = seen.try_emplace(node_key(n), int(i));
       if (fresh) continue;
       for (size_t j = 0; j < n.outs.size(); ++j) p.replace_uses({int(i), int(j)}, {it->second, int(j)});
@@ -85,6 +92,7 @@ class ConstantFoldingPass final : public Pass {
       PNode& n = p.nodes[i];
       if (n.dead || n.kind != NodeKind::Op || n.operands.empty()) continue;
       if (ops::has_side_effects(n.op)) continue;  // must run with the other ranks, at run time
+      if (ops::is_barrier(n.op)) continue;  // its outputs are opaque, even of constants
       if (ops::shard_rule(n.op) == ops::ShardRule::Device) continue;  // its value depends on the running device
       if (!ops::supports(DeviceType::CPU, n.op)) continue;  // folding runs the cpu kernel
       bool all_const = true;

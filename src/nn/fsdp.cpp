@@ -9,9 +9,12 @@
 // forward: under no_grad each full := unflatten(all_gather(shard)) (core's rebind_data:
 // the full keeps its identity and autograd meta, only its value changes shape); the module
 // runs, autograd saving detached aliases of the fulls (aliases share the full's LazyTensor).
-// With reshard_after_forward on the xla device, that LazyTensor is then pointed at a second
-// all-gather whose input passes an optimization barrier (lazy::replace_value), so backward
-// reads the re-gather and the first gather dies at its last forward use. A
+// With reshard_after_forward on the xla device, the output passes a pre-backward node: when
+// backward reaches the unit (before any of its vjps are recorded), that LazyTensor is
+// pointed at a second all-gather (lazy::replace_value) whose input passes an optimization
+// barrier together with the output's gradient, so the re-gather is ordered after the
+// backward got there, backward's ops read it, and the forward gather dies at its last
+// forward use. A
 // post-accumulate-grad hook on each trainable full reduce-scatters (mean over ranks) the
 // flattened, padded gradient into the shard's gradient, drops the full gradient and points
 // the full at its 1-element placeholder. Frozen fulls are freed at the end of forward.
@@ -21,11 +24,13 @@
 #include <mutex>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 
 #include "axle/autograd.h"
 #include "axle/dist.h"
 #include "axle/ops.h"
 #include "axle/runtime.h"
+#include "autograd/node.h"
 #include "core/rebind.h"
 #include "core/tensor_impl.h"
 #include "lazy/replace_value.h"
@@ -109,9 +114,34 @@ int64_t unwrapped_numel(Module& m) {
   return n;
 }
 
-// TODO(h-barrier): axle::optimization_barrier (branch h-barrier) once it is merged; until
-// then the values pass unchanged, so nothing keeps CSE from merging a unit's two gathers.
-std::vector<Tensor> barrier(std::vector<Tensor> ts) { return ts; }
+// Keeps the compiler from merging or moving values across (CSE would merge a unit's
+// forward and backward gathers: same op, same operand).
+std::vector<Tensor> barrier(std::vector<Tensor> ts) { return optimization_barrier(std::move(ts)); }
+
+// A node that runs `fn(gradient)` when backward reaches the tensor it made, before the
+// vjps of the ops that produced that tensor are recorded (a pre-backward hook).
+struct PreBackward final : autograd::Node {
+  std::function<void(const Tensor&)> fn;
+  ops::Tensors apply(ops::Tensors&& grads) override {
+    if (fn) std::exchange(fn, nullptr)(grads[0]);
+    return std::move(grads);
+  }
+  std::string name() const override { return "FsdpPreBackward"; }
+};
+
+// `y`'s value with PreBackward(fn) between it and its grad_fn.
+Tensor with_pre_backward(const Tensor& y, std::function<void(const Tensor&)> fn) {
+  if (!y.defined() || !y.requires_grad()) return y;
+  auto node = std::make_shared<PreBackward>();
+  node->fn = std::move(fn);
+  node->next = {autograd::gradient_edge(y)};
+  Tensor out = y.detach();
+  AutogradMeta& m = out.impl()->meta();
+  m.requires_grad = true;
+  m.grad_fn = std::move(node);
+  m.output_nr = 0;
+  return out;
+}
 
 std::string flat_name(const std::string& dotted) {
   std::string s = dotted;
@@ -142,6 +172,9 @@ struct FlatParam {
   bool dim0 = false;                 ///< shard_param_on_dim_0 (one full, sharded on dim 0)
   int64_t padded = 0;                ///< flattened: padded numel; dim0: padded dim-0 size
   bool trainable = true;
+  /// reshard_after_forward: aliases of the fulls as forward left them (sharing the
+  /// LazyTensor autograd saved), repointed at the re-gather when backward arrives.
+  std::vector<Tensor> saved;
 };
 }  // namespace
 
@@ -153,10 +186,11 @@ struct XlaFullyShardedDataParallel::Unit {
   int rank = 0;
   bool on_xla = false;
 
-  // The full values of fp gathered from the shards (no autograd).
-  std::vector<Tensor> gather(const FlatParam& fp, bool with_barrier) const {
+  // The full values of fp gathered from the shards (no autograd); `after`, when defined,
+  // passes an optimization barrier with the shard, so the gather runs after it is computed.
+  std::vector<Tensor> gather(const FlatParam& fp, const Tensor& after = {}) const {
     Tensor src = fp.shard.detach();
-    if (with_barrier) src = barrier({src})[0];
+    if (after.defined()) src = barrier({src, after})[0];
     // world 1: a copy, so that a full never shares the shard's value.
     const Tensor g = world > 1 ? dist::all_gather(src) : src.clone();
     std::vector<Tensor> out;
@@ -379,27 +413,42 @@ Tensor XlaFullyShardedDataParallel::forward(const Tensor& x) {
   {
     NoGradGuard no_grad;
     for (FlatParam& fp : u.params) {
-      const std::vector<Tensor> full = u.gather(fp, false);
+      const std::vector<Tensor> full = u.gather(fp);
       for (size_t i = 0; i < fp.fulls.size(); ++i) rebind_data(fp.fulls[i], full[i]);
     }
   }
   Tensor in = x;
   if (opts_.optimization_barrier_in_forward) in = barrier({x})[0];
   Tensor out = module_->forward(in);
-  {
-    NoGradGuard no_grad;
-    for (FlatParam& fp : u.params) {
-      // Backward reads a re-gather; the forward gather dies at its last forward use. (On
-      // cpu the saved values keep the gathered storage: nothing to gain.)
-      if (grad && opts_.reshard_after_forward && u.on_xla) {
-        const std::vector<Tensor> again = u.gather(fp, opts_.optimization_barrier_in_backward);
-        for (size_t i = 0; i < fp.fulls.size(); ++i) lazy::replace_value(fp.fulls[i], again[i]);
-      }
-      // Trainable fulls are freed by their gradient hook; the rest now.
-      if (!grad || !fp.trainable) u.free_fulls(fp);
-    }
+  // Backward reads a re-gather; the forward gather dies at its last forward use. (On cpu
+  // the saved values keep the gathered storage: nothing to gain.)
+  const bool reshard = grad && opts_.reshard_after_forward && u.on_xla && out.requires_grad();
+  for (FlatParam& fp : u.params) {
+    fp.saved.clear();
+    if (reshard)
+      for (const Tensor& f : fp.fulls) fp.saved.push_back(f.detach());
+    // Trainable fulls are freed by their gradient hook; the rest now.
+    if (!grad || !fp.trainable) u.free_fulls(fp);
   }
   if (opts_.optimization_barrier_in_forward) out = barrier({out})[0];
+  if (reshard) {
+    std::weak_ptr<Unit> weak = unit_;
+    const bool with_barrier = opts_.optimization_barrier_in_backward;
+    out = with_pre_backward(out, [weak, with_barrier](const Tensor& grad_out) {
+      auto unit = weak.lock();
+      if (!unit) return;
+      NoGradGuard no_grad;
+      for (FlatParam& fp : unit->params) {
+        if (fp.saved.empty()) continue;
+        // The dependency is a scalar of the gradient: a barrier's outputs may outlive it, and
+        // the gradient itself must die at its last use.
+        const std::vector<Tensor> again =
+            unit->gather(fp, with_barrier && grad_out.defined() ? grad_out.sum() : Tensor());
+        for (size_t i = 0; i < fp.saved.size(); ++i) lazy::replace_value(fp.saved[i], again[i]);
+        fp.saved.clear();
+      }
+    });
+  }
   return out;
 }
 

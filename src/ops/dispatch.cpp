@@ -82,6 +82,7 @@ void ensure_registered() {
     register_fused_ops();
     register_collective_ops();
     register_spmd_ops();
+    register_barrier_ops();
   });
 }
 

@@ -55,6 +55,7 @@ void register_pool_ops();
 void register_fused_ops();
 void register_collective_ops();
 void register_spmd_ops();
+void register_barrier_ops();
 const char* op_name(OpKind k);
 OpKind op_from_name(const std::string& name);  ///< throws if unknown
 

@@ -40,10 +40,11 @@ enum Trait : uint32_t {
   kDifferentiable = 1u << 5,  ///< DIFF: has a vjp
   kBackward = 1u << 6,        ///< BACKWARD: a gradient op, called only by vjps
   kCompilerMade = 1u << 7,    ///< COMPILER: made by compiler passes, never by users
-  kSideEffects = 1u << 8,     ///< EFFECTS: never merged, dropped, folded or reordered
+  kSideEffects = 1u << 8,     ///< EFFECTS: never dropped, folded or reordered; merged only if identical collectives
   kIndex = 1u << 9,           ///< INDEX: int64 (index) output
   kPositive = 1u << 10,       ///< POSITIVE: domain is positive inputs
   kNonzero = 1u << 11,        ///< NONZERO: domain is inputs away from 0
+  kBarrier = 1u << 12,        ///< BARRIER: opaque to the compiler (never merged, folded, fused through)
 };
 
 /// How the SPMD partitioner (src/spmd) handles an op: the S_* entry of its traits in
@@ -62,6 +63,7 @@ enum class ShardRule : uint8_t {
   Loss,          ///< nll_loss: batch dims sharded, class dim replicated; reduction Partial
   Constraint,    ///< sharding_constraint: pins its value's sharding
   Collective,    ///< an explicit collective (DDP, FSDP v1, manual regions)
+  PassThrough,   ///< output i takes operand i's sharding (optimization_barrier)
   Device,        ///< reads the running device (shard_slice, mask_padding): made by the partitioner
 };
 inline constexpr uint32_t kShardRuleShift = 24;
@@ -102,7 +104,8 @@ namespace schema_detail {
 // The vocabulary of ops.def lines.
 constexpr uint32_t EW = kElementwise, UNARY = kUnary, BINARY = kBinary, FLOAT_MATH = kFloatMath,
                    COMPARE = kCompare, DIFF = kDifferentiable, BACKWARD = kBackward, COMPILER = kCompilerMade,
-                   EFFECTS = kSideEffects, INDEX = kIndex, POSITIVE = kPositive, NONZERO = kNonzero;
+                   EFFECTS = kSideEffects, INDEX = kIndex, POSITIVE = kPositive, NONZERO = kNonzero,
+                   BARRIER = kBarrier;
 constexpr uint32_t S_POINTWISE = uint32_t(ShardRule::Pointwise) << kShardRuleShift,
                    S_BROADCAST = uint32_t(ShardRule::Broadcast) << kShardRuleShift,
                    S_TRANSPOSE = uint32_t(ShardRule::Transpose) << kShardRuleShift,
@@ -115,6 +118,7 @@ constexpr uint32_t S_POINTWISE = uint32_t(ShardRule::Pointwise) << kShardRuleShi
                    S_LOSS = uint32_t(ShardRule::Loss) << kShardRuleShift,
                    S_CONSTRAINT = uint32_t(ShardRule::Constraint) << kShardRuleShift,
                    S_COLLECTIVE = uint32_t(ShardRule::Collective) << kShardRuleShift,
+                   S_PASS = uint32_t(ShardRule::PassThrough) << kShardRuleShift,
                    S_DEVICE = uint32_t(ShardRule::Device) << kShardRuleShift;
 constexpr int N = Arity::kAny;
 constexpr Arity R(int lo, int hi) { return {lo, hi}; }
@@ -158,8 +162,12 @@ constexpr const OpInfo* op_infos_end() { return schema_detail::kTable + size_t(O
 /// True for the ops the fused-elementwise kernel can run (unary, binary, where, cast).
 constexpr bool is_elementwise(OpKind k) { return op_info(k).has(kElementwise); }
 /// Effects beyond its outputs (collectives talk to other processes): the compiler never
-/// merges (CSE), drops (DCE) or constant-folds such an op, nor reorders it.
+/// drops (DCE) or constant-folds such an op, nor reorders it; CSE merges only identical
+/// collectives (same op, operands and attributes).
 constexpr bool has_side_effects(OpKind k) { return op_info(k).has(kSideEffects); }
+/// An optimization barrier: the compiler treats its outputs as opaque values (no CSE of it
+/// or across it, no folding or simplification through it, no fusion across it).
+constexpr bool is_barrier(OpKind k) { return op_info(k).has(kBarrier); }
 /// Computes in float32 when its operands are integers.
 constexpr bool is_float_op(OpKind k) { return op_info(k).has(kFloatMath); }
 /// The SPMD partitioner's rule for op k (its S_* trait in ops.def; Opaque if none).

@@ -720,6 +720,29 @@ std::vector<MaybeSharding> replicated_outputs(const PropagationView& v) {
   return std::vector<MaybeSharding>(v.node.outs.size(), Sharding::replicated(v.mesh));
 }
 
+// ---- pass-through (optimization_barrier): output i is operand i, sharding and all; a Partial
+// operand stays Partial (the op is the identity), and consumers reshard after the op.
+std::vector<MaybeSharding> pass_forward(const PropagationView& v) {
+  std::vector<MaybeSharding> r(v.node.outs.size());
+  for (size_t j = 0; j < r.size() && j < v.operands.size(); ++j) r[j] = v.operands[j];
+  return r;
+}
+std::vector<MaybeSharding> pass_backward(const PropagationView& v) {
+  std::vector<MaybeSharding> r(v.operands.size());
+  for (size_t k = 0; k < r.size() && k < v.outputs.size(); ++k) r[k] = v.outputs[k];
+  return r;
+}
+std::vector<LocalValue> pass_partition(PartitionContext& cx, const std::vector<LocalValue>& in,
+                                       const std::vector<Sharding>&) {
+  const compiler::PNode& n = cx.node();
+  std::vector<Ref> refs;
+  for (const LocalValue& x : in) refs.push_back(x.ref);
+  const std::vector<Ref> outs = cx.emit(n.op, refs, n.attrs);
+  std::vector<LocalValue> r;
+  for (size_t j = 0; j < outs.size(); ++j) r.push_back({outs[j], in[j].sharding, in[j].global, in[j].dtype, in[j].origin});
+  return r;
+}
+
 }  // namespace
 
 const Shape& PropagationView::operand_shape(size_t i) const {
@@ -738,6 +761,7 @@ void register_core_rules(RuleTable& t) {
   t[ShardRule::Dot] = {dot_forward, dot_backward, dot_partition};
   t[ShardRule::Constraint] = {constraint_forward, constraint_backward, constraint_partition};
   t[ShardRule::Collective] = {replicated_outputs, nullptr, collective_partition};
+  t[ShardRule::PassThrough] = {pass_forward, pass_backward, pass_partition};
 }
 
 const RuleTable& rule_table() {

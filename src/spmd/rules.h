@@ -6,7 +6,7 @@
 //
 // Who registers what:
 //   src/spmd/rules.cpp     register_core_rules: Pointwise, Broadcast, Transpose, Reshape,
-//                          Reduce, Dot, Constraint, Collective
+//                          Reduce, Dot, Constraint, Collective, PassThrough
 //   src/spmd/rules_nn.cpp  register_nn_rules: Conv, Window, AlongDim, Loss
 //
 // Conventions every hook follows:
@@ -151,7 +151,7 @@ struct RuleTable {
 /// The table spmd::propagate and spmd::partition use: register_core_rules then
 /// register_nn_rules, made once.
 const RuleTable& rule_table();
-/// Pointwise, Broadcast, Transpose, Reshape, Reduce, Dot, Constraint, Collective (rules.cpp).
+/// Pointwise, Broadcast, Transpose, Reshape, Reduce, Dot, Constraint, Collective, PassThrough (rules.cpp).
 void register_core_rules(RuleTable& t);
 /// Conv, Window, AlongDim, Loss (rules_nn.cpp). Each hook serves every op with that S_
 /// entry in ops.def (the ops k with ops::shard_rule(k) == that rule).

@@ -23,5 +23,6 @@ void register_cpu_pool_kernels();
 void register_cpu_fused_kernels();
 void register_cpu_collective_kernels();
 void register_cpu_spmd_kernels();
+void register_cpu_barrier_kernels();
 
 }  // namespace axle::cpu

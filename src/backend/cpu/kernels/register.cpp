@@ -14,6 +14,7 @@ void register_cpu_kernels() {
   register_cpu_fused_kernels();
   register_cpu_collective_kernels();
   register_cpu_spmd_kernels();
+  register_cpu_barrier_kernels();
 }
 
 }  // namespace axle::cpu
