@@ -9,7 +9,9 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -413,9 +415,51 @@ std::string fsdp_violations(const TrainRun& r) {
   return bad;
 }
 
+// In the local program every device runs (AXLE_SAVE_GRAPHS's <graph>.local.txt), each
+// linear's weight operand comes from an all_gather (through permutes and slices): the
+// weight is gathered before that use, never read as the device's shard. Returns the
+// linears that read something else, one line each.
+std::string linears_reading_ungathered_weights(const std::string& local) {
+  std::map<std::string, std::pair<std::string, std::vector<std::string>>> def;  // %id -> (op, operands)
+  std::vector<std::string> linears;
+  std::istringstream in(local);
+  for (std::string line; std::getline(in, line);) {
+    if (!line.starts_with("%")) continue;
+    const size_t eq = line.find(" = "), open = line.find('(');
+    if (eq == std::string::npos) continue;
+    const std::string id = line.substr(0, eq);
+    if (open == std::string::npos || open < eq) {  // "%3 = input 3 : ..."
+      def[id] = {line.substr(eq + 3, line.find(' ', eq + 3) - eq - 3), {}};
+      continue;
+    }
+    const std::string op = line.substr(eq + 3, open - eq - 3);
+    std::vector<std::string> args;
+    std::istringstream a(line.substr(open + 1, line.find(')', open) - open - 1));
+    for (std::string x; std::getline(a, x, ',');) args.push_back(x.substr(x.find('%')));
+    def[id] = {op, args};
+    if (op == "linear") linears.push_back(id);
+  }
+  std::string bad;
+  for (const std::string& l : linears) {
+    std::string w = def[l].second.at(1);
+    while (def.count(w) && (def[w].first == "permute" || def[w].first == "slice")) w = def[w].second.at(0);
+    if (!def.count(w) || def[w].first != "all_gather") bad += l + " reads its weight from " + w + " (" + def[w].first + ")\n";
+  }
+  return linears.empty() ? "no linear in the local program\n" : bad;
+}
+
 TEST_F(FsdpSpmd, StepAllGathersEachWeightAndReduceScattersEachGradient) {
+  axle::test::TempDir dir;
+  setenv("AXLE_SAVE_GRAPHS", dir.path.c_str(), 1);
   const TrainRun r = train(4, 2);
+  unsetenv("AXLE_SAVE_GRAPHS");
   EXPECT_EQ(fsdp_violations(r), "") << r.step_table;
+  std::string local;  // the step graph's (the steady one: compiled last under the same name)
+  for (const auto& e : std::filesystem::directory_iterator(dir.path)) {
+    const std::string name = e.path().filename().string();
+    if (name.starts_with("step-") && name.ends_with(".local.txt")) local = axle::test::slurp(e.path().string());
+  }
+  EXPECT_EQ(linears_reading_ungathered_weights(local), "") << local;
   // The counters agree. Per step: 4 reduce-scatters (4 parameters) and 5 all-gathers, the
   // 4 parameters for forward and fc2.weight again, transposed, for backward's input
   // gradient (FSDP's backward re-gather; fc1's input needs no gradient).

@@ -94,15 +94,17 @@ Plan make_plan(const std::vector<std::shared_ptr<LazyTensor>>& targets) {
     const LazyTensor& lt = *targets[t];
     const size_t r = pl.roots.which[t];
     if (lt.sharding && !pl.pins[r]) pl.pins[r] = *lt.sharding;
-    // An in-place update of annotated data this graph reads: the output keeps the input's
-    // sharding (so a parameter keeps its sharding and its buffer can be donated). An
-    // unannotated input's update takes the propagated sharding, as XLA's propagation to
-    // outputs: an optimizer's zero state follows its parameter's sharding (FSDP v2's
-    // momentum is sharded like the weight, and the gradient is reduce-scattered into it).
+    // An in-place update of split data this graph reads: the output keeps the input's
+    // sharding (so a parameter keeps its sharding and its buffer can be donated). A
+    // replicated (or unannotated) input's update takes the propagated sharding, as XLA's
+    // propagation to outputs: an optimizer's zero state follows its parameter's sharding
+    // (FSDP v2's momentum is split like its weight, and the gradient reduce-scattered into
+    // it); replicated stays replicated unless the graph splits it, and the key is the same
+    // for an unannotated input and the replicated one a step leaves (no recompile).
     if (auto in = lt.updates.lock(); in && in->index >= 0 && size_t(in->index) < g.nodes.size() &&
                                        g.nodes[size_t(in->index)] == in.get()) {
       pl.updates[r] = true;
-      if (!pl.pins[r] && in->sharding) pl.pins[r] = *in->sharding;
+      if (!pl.pins[r] && in->sharding && !in->sharding->is_replicated()) pl.pins[r] = *in->sharding;
     }
   }
   uint64_t h = g.hash;
