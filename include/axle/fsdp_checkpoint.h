@@ -7,8 +7,11 @@
 //   nn::StateDict full = axle::fsdp::consolidate_sharded_model_checkpoints("ckpt/step100_");
 //
 // A rank file is an axle checkpoint (axle/serialize.h: model shards, optimizer state,
-// counters) whose metadata carries the rank's ShardMetadata as JSON under "shard_metadata".
-// Writes are atomic (a temporary file renamed into place).
+// counters) whose metadata carries the rank's ShardMetadata as JSON under "shard_metadata"
+// and, under "shard_layout", the unwrapped model's state_dict order and each buffer's key
+// in the file, so consolidation needs no model. Every rank writes its own file; writes are
+// atomic (a temporary file renamed into place). The tool axle-fsdp-consolidate
+// (--ckpt-prefix P [--ckpt-suffix S] --output FILE.safetensors) writes the consolidation.
 #pragma once
 #include <string>
 

@@ -14,6 +14,7 @@
 #include "axle/runtime.h"
 #include "axle/serialize.h"
 #include "core/tensor_impl.h"
+#include "serialize/checkpoint.h"
 #include "serialize/safetensors.h"
 
 namespace axle {
@@ -63,9 +64,10 @@ std::string opt_key(size_t i, const std::string& k) { return "optimizer." + std:
 
 }  // namespace
 
-void save_checkpoint(const std::string& path, const Checkpoint& c) {
+namespace st {
+
+void checkpoint_contents(const Checkpoint& c, nn::StateDict& tensors, Metadata& meta) {
   AXLE_CHECK(!c.metadata.count(kMetaKey), "[save_checkpoint] the metadata key \"", kMetaKey, "\" is reserved");
-  nn::StateDict tensors;
   json j;
   j["version"] = kVersion;
   j["epoch"] = c.epoch;
@@ -97,16 +99,25 @@ void save_checkpoint(const std::string& path, const Checkpoint& c) {
                       {"last_lrs", enc_vec(s.last_lrs)}};
   }
   if (c.generator) j["generator"] = {{"seed", c.generator->seed()}, {"offset", c.generator->offset()}};
-  Metadata meta = c.metadata;
+  meta = c.metadata;
   meta[kMetaKey] = j.dump();
+}
+
+}  // namespace st
+
+void save_checkpoint(const std::string& path, const Checkpoint& c) {
+  nn::StateDict tensors;
+  Metadata meta;
+  st::checkpoint_contents(c, tensors, meta);
   // Optimizer and model tensors may live on the lazy device: xm::save syncs, copies to
   // the cpu and writes on the master ordinal only.
   xm::save(tensors, path, meta);
 }
 
-Checkpoint load_checkpoint(const std::string& path, Checkpoint into) {
-  const std::string what = "[load_checkpoint] '" + path + "'";
-  SafeTensors file = load(path);
+Checkpoint load_checkpoint(const std::string& path, Checkpoint into) { return st::load_checkpoint(load(path), into); }
+
+Checkpoint st::load_checkpoint(const SafeTensors& file, Checkpoint into) {
+  const std::string what = "[load_checkpoint] '" + file.path + "'";
   auto mit = file.metadata.find(kMetaKey);
   AXLE_CHECK(mit != file.metadata.end(), what, ": not an axle checkpoint (no \"", kMetaKey,
              "\" metadata); load plain weights with axle::load");
