@@ -55,7 +55,8 @@ TEST(Cli, BadFlags) {
 TEST(Cli, PatternAndDeviceMismatch) {
   expect_usage_error(run_train("--pattern compiled --device cpu"), "use --device xla");
   expect_usage_error(run_train("--pattern ddp --device cpu"), "use --device xla");
-  expect_usage_error(run_train("--devices 4"), "--devices 4 needs --pattern multiprocess, ddp, loader or spmd");
+  expect_usage_error(run_train("--devices 4"),
+                     "--devices 4 needs --pattern multiprocess, ddp, loader, fsdp, spmd or fsdp-spmd");
 }
 
 TEST(Cli, MissingDataDirectory) {
@@ -291,5 +292,127 @@ TEST(Cli, MultiprocessMatchesSingleProcessOnTheConcatenatedBatch) {
     EXPECT_EQ(c.at("world_size"), 2);
     EXPECT_EQ(c.at("losses").get<std::vector<double>>(), lb) << pattern;
     EXPECT_EQ(c.at("test_accuracy"), b.at("test_accuracy")) << pattern;
+  }
+}
+
+// ---------------------------------------------------------------- FSDP (issue 14)
+
+namespace {
+
+std::vector<int64_t> ints(const nlohmann::json& j, const char* key) { return j.at(key).get<std::vector<int64_t>>(); }
+
+// The memory keys every report has, one entry per device: peaks > 0, and the training state
+// (parameters + gradients + optimizer state) the sum of its parts. SGD with momentum and a
+// gradient for every parameter: gradients and momentum are each as large as the parameters.
+void expect_memory_keys(const nlohmann::json& j, size_t devices) {
+  EXPECT_EQ(j.at("devices"), devices);
+  const auto peak = ints(j, "peak_bytes_per_device"), param = ints(j, "parameter_bytes_per_device"),
+             grad = ints(j, "gradient_bytes_per_device"), opt = ints(j, "optimizer_bytes_per_device"),
+             state = ints(j, "training_state_bytes_per_device");
+  ASSERT_EQ(peak.size(), devices);
+  ASSERT_EQ(param.size(), devices);
+  ASSERT_EQ(grad.size(), devices);
+  ASSERT_EQ(opt.size(), devices);
+  ASSERT_EQ(state.size(), devices);
+  for (size_t k = 0; k < devices; ++k) {
+    EXPECT_GT(peak[k], 0) << "device " << k;
+    EXPECT_GT(param[k], 0) << "device " << k;
+    EXPECT_EQ(grad[k], param[k]) << "device " << k;
+    EXPECT_EQ(opt[k], param[k]) << "device " << k;
+    EXPECT_EQ(state[k], param[k] + grad[k] + opt[k]) << "device " << k;
+  }
+}
+
+// The mlp's parameters: 784*256 + 256 + 256*10 + 10 floats, in 4 tensors.
+constexpr int64_t kMlpParameters = 784 * 256 + 256 + 256 * 10 + 10, kMlpTensors = 4;
+
+// axle-train without this program's AXLE_CPU_DEVICES (the SPMD patterns' --devices sets it).
+Result run_spmd_train(const std::string& args) {
+  return run_captured(std::string("env -u AXLE_CPU_DEVICES '") + AXLE_TRAIN_BIN + "' " + args);
+}
+
+}  // namespace
+
+TEST(Cli, FsdpBadCombinations) {
+  TempDir d;
+  expect_usage_error(run_train("--pattern fsdp --device cpu"), "use --device xla");
+  expect_usage_error(run_train("--pattern fsdp-spmd --device cpu"), "use --device xla");
+  expect_usage_error(run_train("--pattern fsdp-spmd --devices 2 --mesh data=2"), "fsdp-spmd's mesh is always fsdp=");
+  expect_usage_error(run_train("--pattern fsdp --devices 2 --save '" + (d / "x") + "'"), "not available with --pattern fsdp");
+  expect_usage_error(run_train("--pattern fsdp --devices 2 --resume '" + (d / "x") + "'"), "not available with --pattern fsdp");
+  expect_usage_error(run_train("--pattern fsdp2"), "fsdp2");
+}
+
+// FSDP v1 (2 processes) against DDP (2 processes), the same data and batches: the same losses
+// up to rounding (FSDP's gradients are reduce-scattered, DDP's all-reduced: the same sums),
+// and per device half of DDP's parameter, gradient and optimizer bytes, plus at most one
+// padding element per parameter tensor. --devices 1 is a world of one: everything on it.
+TEST(Cli, FsdpHalvesDdpsTrainingStatePerDevice) {
+  TempDir d;
+  const std::string common = "--model mlp --data '" AXLE_TEST_DATA "/tiny_fmnist' --batch-size 16 --epochs 1 "
+                             "--threads 1 --json '";
+  const Result ddp = run_train("--pattern ddp --devices 2 " + common + (d / "ddp.json") + "'");
+  ASSERT_EQ(ddp.status, 0) << ddp.err;
+  const Result fsdp = run_train("--pattern fsdp --devices 2 " + common + (d / "fsdp.json") + "'");
+  ASSERT_EQ(fsdp.status, 0) << fsdp.err;
+  const auto a = nlohmann::json::parse(slurp(d / "ddp.json")), b = nlohmann::json::parse(slurp(d / "fsdp.json"));
+  EXPECT_EQ(b.at("pattern"), "fsdp");
+  EXPECT_EQ(b.at("world_size"), 2);
+  EXPECT_EQ(b.at("parameters"), kMlpParameters);  // the model's, not the shards'
+  expect_memory_keys(a, 2);
+  expect_memory_keys(b, 2);
+  const auto la = a.at("losses").get<std::vector<double>>(), lb = b.at("losses").get<std::vector<double>>();
+  ASSERT_EQ(la.size(), 2u);  // 64 images, 32 per rank, batches of 16
+  ASSERT_EQ(lb.size(), la.size());
+  for (size_t s = 0; s < la.size(); ++s) EXPECT_NEAR(lb[s], la[s], 1e-5 * std::fabs(la[s])) << "step " << s + 1;
+  const auto pa = ints(a, "parameter_bytes_per_device"), pb = ints(b, "parameter_bytes_per_device");
+  for (size_t k = 0; k < 2; ++k) {
+    EXPECT_EQ(pa[k], 4 * kMlpParameters) << "ddp: every rank holds all parameters";
+    EXPECT_GE(pb[k], 4 * kMlpParameters / 2) << "fsdp, rank " << k;
+    EXPECT_LE(pb[k], 4 * (kMlpParameters / 2 + kMlpTensors)) << "fsdp, rank " << k;
+    const double ratio = double(ints(b, "training_state_bytes_per_device")[k]) /
+                         double(ints(a, "training_state_bytes_per_device")[k]);
+    EXPECT_NEAR(ratio, 0.5, 0.005) << "fsdp / ddp parameter + gradient + optimizer bytes, rank " << k;
+  }
+  // One process: FSDP over a world of one holds everything, like one device.
+  const Result one = run_train("--pattern fsdp --devices 1 --max-steps 2 " + common + (d / "one.json") + "'");
+  ASSERT_EQ(one.status, 0) << one.err;
+  const auto c = nlohmann::json::parse(slurp(d / "one.json"));
+  EXPECT_EQ(c.at("world_size"), 1);
+  expect_memory_keys(c, 1);
+  EXPECT_EQ(ints(c, "parameter_bytes_per_device")[0], 4 * kMlpParameters);
+}
+
+// FSDP v2 (one process, 2 devices, mesh fsdp=2) against SPMD data parallelism on the same 2
+// devices, the same global batch: the same losses up to rounding; every parameter sharded on
+// its largest dim (fc1.weight [256,784] on dim 1), so each device holds about half the bytes.
+TEST(Cli, FsdpSpmdShardsEveryParameter) {
+  TempDir d;
+  const std::string common = "--model mlp --data '" AXLE_TEST_DATA "/tiny_fmnist' --batch-size 32 --epochs 1 "
+                             "--threads 2 --devices 2 --json '";
+  const Result dp = run_spmd_train("--pattern spmd " + common + (d / "dp.json") + "'");
+  ASSERT_EQ(dp.status, 0) << dp.err;
+  const Result fs = run_spmd_train("--pattern fsdp-spmd " + common + (d / "fs.json") + "'");
+  ASSERT_EQ(fs.status, 0) << fs.err;
+  const auto a = nlohmann::json::parse(slurp(d / "dp.json")), b = nlohmann::json::parse(slurp(d / "fs.json"));
+  EXPECT_EQ(b.at("pattern"), "fsdp-spmd");
+  EXPECT_EQ(b.at("mesh"), nlohmann::json({{"fsdp", 2}}));
+  EXPECT_EQ(b.at("world_size"), 1);
+  expect_memory_keys(a, 2);
+  expect_memory_keys(b, 2);
+  const auto la = a.at("losses").get<std::vector<double>>(), lb = b.at("losses").get<std::vector<double>>();
+  ASSERT_EQ(la.size(), 2u);
+  ASSERT_EQ(lb.size(), la.size());
+  for (size_t s = 0; s < la.size(); ++s) EXPECT_NEAR(lb[s], la[s], 1e-5 * std::fabs(la[s])) << "step " << s + 1;
+  // Sharded on the largest dim: [256,784] and [10,256] on dim 1, the biases on dim 0.
+  std::vector<std::string> shardings;
+  for (const auto& [name, spec] : b.at("parameter_shardings").items()) shardings.push_back(spec.get<std::string>());
+  std::sort(shardings.begin(), shardings.end());
+  EXPECT_EQ(shardings, (std::vector<std::string>{"{devices=[1,2]0,1}", "{devices=[1,2]0,1}", "{devices=[2]0,1}",
+                                                 "{devices=[2]0,1}"}));
+  const auto pa = ints(a, "parameter_bytes_per_device"), pb = ints(b, "parameter_bytes_per_device");
+  for (size_t k = 0; k < 2; ++k) {
+    EXPECT_EQ(pa[k], 4 * kMlpParameters) << "data parallel: every device holds all parameters";
+    EXPECT_EQ(pb[k], 4 * kMlpParameters / 2) << "fsdp-spmd, device " << k << " (every dim splits evenly)";
   }
 }

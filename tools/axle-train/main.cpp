@@ -30,6 +30,8 @@
 #include "axle/runtime.h"
 #include "axle/serialize.h"
 #include "axle/dist.h"
+#include "axle/dtype.h"
+#include "axle/fsdp.h"
 #include "axle/xm.h"
 #include "axle/xs.h"
 #include "models.h"
@@ -53,7 +55,7 @@ struct Config {
   double momentum = 0.9;
   uint64_t seed = 0;
   int devices = 1;
-  std::string mesh;  // --pattern spmd: "data=N" (default) or "data=2,model=2"
+  std::string mesh;  // --pattern spmd: "data=N" (default) or "data=2,model=2"; fsdp-spmd: always fsdp=N
   int threads = 0;  // 0: OpenMP's default (all cores unless OMP_NUM_THREADS says otherwise)
   std::string data = data::kFashionMNISTRoot;
   std::string json;
@@ -112,8 +114,15 @@ double median(std::vector<double> v) {
 
 /// The patterns that run under axle::launch, one process per device.
 bool multi_process(const Config& c) {
-  return c.pattern == "multiprocess" || c.pattern == "ddp" || c.pattern == "loader";
+  return c.pattern == "multiprocess" || c.pattern == "ddp" || c.pattern == "loader" || c.pattern == "fsdp";
 }
+
+/// The patterns where one process drives every device (runtime::use_spmd()).
+bool spmd_pattern(const Config& c) { return c.pattern == "spmd" || c.pattern == "fsdp-spmd"; }
+
+/// The layers FSDP wraps in units of their own (v1 and v2): every layer with parameters in
+/// axle-train's models.
+fsdp::AutoWrapPolicy layer_wrap_policy() { return fsdp::transformer_auto_wrap_policy({"Linear", "Conv2d"}); }
 
 /// --mesh for --pattern spmd: axes "data" and/or "model" with sizes multiplying to --devices.
 struct MeshAxes {
@@ -199,9 +208,15 @@ void validate(const Config& c) {
   if (c.save_every > 0 && c.save.empty()) throw UsageError("--save-every needs --save DIR");
   if (c.device == "cpu" && c.pattern != "single")
     throw UsageError("--pattern " + c.pattern + " runs on the lazy device: use --device xla (the default)");
-  if (!c.mesh.empty() && c.pattern != "spmd") throw UsageError("--mesh needs --pattern spmd");
-  if (c.devices != 1 && !multi_process(c) && c.pattern != "spmd")
-    throw UsageError(fmt::format("--devices {} needs --pattern multiprocess, ddp, loader or spmd", c.devices));
+  if (!c.mesh.empty() && c.pattern != "spmd")
+    throw UsageError("--mesh needs --pattern spmd" +
+                     std::string(c.pattern == "fsdp-spmd" ? " (fsdp-spmd's mesh is always fsdp=--devices)" : ""));
+  if (c.devices != 1 && !multi_process(c) && !spmd_pattern(c))
+    throw UsageError(fmt::format("--devices {} needs --pattern multiprocess, ddp, loader, fsdp, spmd or fsdp-spmd",
+                                 c.devices));
+  if (c.pattern == "fsdp" && (!c.save.empty() || !c.resume.empty()))
+    throw UsageError("--save and --resume are not available with --pattern fsdp (its checkpoints are per-rank "
+                     "shard files: axle/fsdp_checkpoint.h, docs/fsdp.md)");
   if (c.pattern == "spmd") (void)parse_mesh(c);
   if (!c.json.empty()) {
     const fs::path parent = fs::absolute(fs::path(c.json)).parent_path();
@@ -227,6 +242,70 @@ double evaluate(nn::Module& model, const std::shared_ptr<data::Dataset>& test, D
   }
   model.train();
   return total > 0 ? double(correct) / double(total) : 0.0;
+}
+
+/// What each device holds, for the JSON report: its peak bytes and the bytes of the
+/// parameters, their gradients and the optimizer state on it (what FSDP divides by N).
+struct DeviceMemory {
+  std::vector<int64_t> peak, parameters, gradients, optimizer;
+};
+
+/// Each device's peak bytes so far: one entry per SPMD device, else this process's device.
+std::vector<int64_t> peak_bytes(Device dev, int spmd_devices) {
+  if (spmd_devices == 0) return {xm::get_memory_info(dev).peak_bytes_used};
+  std::vector<int64_t> peaks;
+  for (int k = 0; k < spmd_devices; ++k) peaks.push_back(xm::get_memory_info(Device(DeviceType::XLA, k)).peak_bytes_used);
+  return peaks;
+}
+
+/// Adds the bytes each device holds of `t`: under SPMD each device's (padded) shard, the whole
+/// tensor where it is replicated; else all of it, on this process's one device.
+void add_bytes(const Tensor& t, std::vector<int64_t>& per_device, bool spmd) {
+  if (!t.defined()) return;
+  const auto bytes = [](const Tensor& x) { return x.numel() * static_cast<int64_t>(itemsize(x.dtype())); };
+  if (!spmd) {
+    per_device[0] += bytes(t);
+    return;
+  }
+  const std::vector<xs::XLAShard> shards = xs::local_shards(t);
+  for (size_t k = 0; k < shards.size() && k < per_device.size(); ++k) per_device[k] += bytes(shards[k].data);
+}
+
+/// The optimizer's parameters (FSDP v1: the shards), their gradients and its state tensors,
+/// per device; `peaks` as peak_bytes gave them.
+DeviceMemory device_memory(optim::Optimizer& opt, std::vector<int64_t> peaks, bool spmd) {
+  DeviceMemory m;
+  const size_t n = peaks.size();
+  m.peak = std::move(peaks);
+  m.parameters.assign(n, 0);
+  m.gradients.assign(n, 0);
+  m.optimizer.assign(n, 0);
+  const std::vector<Tensor> params = opt.parameters();
+  const optim::OptimizerState state = opt.state_dict();
+  for (size_t i = 0; i < params.size(); ++i) {
+    add_bytes(params[i], m.parameters, spmd);
+    add_bytes(params[i].grad(), m.gradients, spmd);
+    if (i < state.state.size())
+      for (const auto& [key, t] : state.state[i].tensors) add_bytes(t, m.optimizer, spmd);
+  }
+  return m;
+}
+
+/// Multi-process: every rank's figures, in rank order (a rendezvous: every rank calls it).
+DeviceMemory gather_ranks(const DeviceMemory& mine) {
+  const std::string payload = fmt::format("{} {} {} {}", mine.peak.at(0), mine.parameters.at(0), mine.gradients.at(0),
+                                          mine.optimizer.at(0));
+  DeviceMemory all;
+  for (const std::string& p : xm::rendezvous("axle-train.memory", payload)) {
+    long long v[4] = {0, 0, 0, 0};
+    AXLE_CHECK(std::sscanf(p.c_str(), "%lld %lld %lld %lld", &v[0], &v[1], &v[2], &v[3]) == 4,
+               "[axle-train] bad memory figures from a rank: '", p, "'");
+    all.peak.push_back(v[0]);
+    all.parameters.push_back(v[1]);
+    all.gradients.push_back(v[2]);
+    all.optimizer.push_back(v[3]);
+  }
+  return all;
 }
 
 void write_json(const std::string& path, const nlohmann::ordered_json& j) {
@@ -268,6 +347,7 @@ int run(const Config& cfg) {
 
   manual_seed(cfg.seed);
   nn::ModulePtr model = axle_train::make_model(cfg.model);
+  const int64_t num_parameters = model->num_parameters();  // FSDP v1 moves them into its shards
   model->train();
   if (!cfg.init.empty()) model->load_state_dict(axle::load(cfg.init).tensors);  // weights by name
   const Device dev = Device::parse(cfg.device);
@@ -276,24 +356,45 @@ int run(const Config& cfg) {
   std::optional<xs::Mesh> mesh;
   std::optional<xs::ShardingSpec> input_sharding;
   MeshAxes mesh_axes;
-  if (cfg.pattern == "spmd") {
+  if (spmd_pattern(cfg)) {
     runtime::use_spmd();  // before any tensor is on the device
-    mesh_axes = parse_mesh(cfg);
+    // fsdp-spmd: one mesh axis "fsdp" over every device, which splits the batches too.
+    if (cfg.pattern == "fsdp-spmd") mesh_axes = MeshAxes{{"fsdp"}, {cfg.devices}};
+    else mesh_axes = parse_mesh(cfg);
     std::vector<int64_t> ids(static_cast<size_t>(cfg.devices));
     std::iota(ids.begin(), ids.end(), int64_t{0});
     mesh.emplace(ids, mesh_axes.sizes, mesh_axes.names);
-    if (mesh_axes.size("data")) input_sharding.emplace(*mesh, xs::PartitionSpec{"data", xs::None, xs::None, xs::None});
+    const std::string batch_axis = mesh_axes.size("data") ? "data" : mesh_axes.size("fsdp") ? "fsdp" : "";
+    if (!batch_axis.empty())
+      input_sharding.emplace(*mesh, xs::PartitionSpec{batch_axis, xs::None, xs::None, xs::None});
   }
   model->to(dev);  // before the optimizer, as with torch_xla
   if (mesh && mesh_axes.size("model")) shard_linear_layers(*model, *mesh);
   if (cfg.pattern == "eager") experimental::eager_mode(true);
+  // FSDP: the model wrapped before the optimizer is built (v1's optimizer holds the shards).
+  // `net` is what the steps and the evaluation call; the plain model everywhere else.
+  nn::ModulePtr net = model;
+  std::shared_ptr<fsdp::XlaFullyShardedDataParallel> fsdp_model;
+  if (cfg.pattern == "fsdp") {  // v1: one process per device, shards over the "xla" process group
+    dist::init_process_group("xla", "xla://");
+    fsdp::XlaFullyShardedDataParallelOptions o;
+    o.auto_wrap_policy = layer_wrap_policy();
+    fsdp_model = std::make_shared<fsdp::XlaFullyShardedDataParallel>(model, o);
+    net = fsdp_model;
+  }
+  if (cfg.pattern == "fsdp-spmd") {  // v2: parameters sharded on "fsdp", each layer's output on dim 0
+    fsdp::SpmdFullyShardedDataParallelOptions o;
+    o.mesh = *mesh;
+    o.auto_wrap_policy = layer_wrap_policy();
+    net = std::make_shared<fsdp::SpmdFullyShardedDataParallel>(model, o);
+  }
   std::unique_ptr<optim::Optimizer> opt;
   std::string opt_desc;
   if (cfg.optimizer == "sgd") {
-    opt = std::make_unique<optim::SGD>(model->parameters(), optim::SGDOptions{.lr = cfg.lr, .momentum = cfg.momentum});
+    opt = std::make_unique<optim::SGD>(net->parameters(), optim::SGDOptions{.lr = cfg.lr, .momentum = cfg.momentum});
     opt_desc = fmt::format("sgd (lr {}, momentum {})", cfg.lr, cfg.momentum);
   } else {
-    opt = std::make_unique<optim::AdamW>(model->parameters(), optim::AdamWOptions{.lr = cfg.lr});
+    opt = std::make_unique<optim::AdamW>(net->parameters(), optim::AdamWOptions{.lr = cfg.lr});
     opt_desc = fmt::format("adamw (lr {})", cfg.lr);
   }
   // Each rank reads its own shard, reshuffled every epoch (DistributedSampler); one process reads all.
@@ -310,7 +411,7 @@ int run(const Config& cfg) {
   // Pattern 5: batches arrive on the device, loaded and moved while the step runs.
   std::unique_ptr<pl::MpDeviceLoader> mp_loader;
   if (cfg.pattern == "loader") mp_loader = std::make_unique<pl::MpDeviceLoader>(loader, dev);
-  if (cfg.pattern == "spmd") {
+  if (spmd_pattern(cfg)) {
     pl::MpDeviceLoaderOptions o;
     if (input_sharding) o.input_sharding = *input_sharding;  // images [B, 1, 28, 28]; labels stay replicated
     mp_loader = std::make_unique<pl::MpDeviceLoader>(loader, dev, o);
@@ -350,6 +451,18 @@ int run(const Config& cfg) {
       opt->step();
       return loss;
     }
+    if (cfg.pattern == "fsdp" || cfg.pattern == "fsdp-spmd") {
+      // v1: backward reduce-scatters each unit's gradients into its shards, so the optimizer's
+      // own step() updates them (xm::optimizer_step would all-reduce them again: an error).
+      // v2: one process; the partitioner inserted the all-gathers and reduce-scatters.
+      auto step = axle::step();
+      Tensor x = batch.data.to(dev), y = batch.target.to(dev);
+      opt->zero_grad();
+      Tensor loss = cross_entropy((*net)(x), y);
+      loss.backward();
+      opt->step();
+      return loss;
+    }
     auto step = axle::step();  // seed Pattern 1 (and 6: in eager mode each op has already run)
     return step_fn(batch.data.to(dev), batch.target.to(dev));
   };
@@ -357,13 +470,14 @@ int run(const Config& cfg) {
   std::printf("axle-train: pattern %s, device %s, model %s (%lld parameters), %s, batch %lld, %lld epoch%s%s, "
               "%d thread%s\n",
               cfg.pattern.c_str(), cfg.device.c_str(), cfg.model.c_str(),
-              static_cast<long long>(model->num_parameters()), opt_desc.c_str(),
+              static_cast<long long>(num_parameters), opt_desc.c_str(),
               static_cast<long long>(cfg.batch_size), static_cast<long long>(cfg.epochs), cfg.epochs == 1 ? "" : "s",
               cfg.max_steps > 0 ? fmt::format(" (at most {} steps)", cfg.max_steps).c_str() : "", threads,
               threads == 1 ? "" : "s");
   if (mesh) {
     std::printf("spmd: %d devices, mesh %s, input sharding %s\n", cfg.devices, mesh_text(mesh_axes).c_str(),
-                input_sharding ? "(data, None, None, None)" : "none (replicated)");
+                input_sharding ? fmt::format("({}, None, None, None)", input_sharding->partition_spec[0].items()[0]).c_str()
+                               : "none (replicated)");
   }
   std::printf("data: %lld train / %lld test images from %s in %.2f s\n", static_cast<long long>(train_set->size()),
               static_cast<long long>(test_set->size()), cfg.data.c_str(), load_s);
@@ -377,6 +491,8 @@ int run(const Config& cfg) {
   const int64_t per_epoch = loader.size();
   // Collectives of the training steps only (evaluation and checkpoints excluded).
   std::map<std::string, int64_t> collectives;
+  // Each device's peak bytes at the end of the first epoch's training (evaluation excluded).
+  std::vector<int64_t> peaks;
 
   // Checkpoints: model, optimizer, RNG state and the loader position, written atomically,
   // so a run killed at any moment resumes to the same parameters as an uninterrupted one.
@@ -451,7 +567,8 @@ int run(const Config& cfg) {
     const double es = seconds_since(t_epoch);
     epoch_seconds.push_back(es);
     train_seconds += es;
-    test_accuracy = evaluate(*model, test_set, dev, input_sharding ? &*input_sharding : nullptr);
+    if (peaks.empty()) peaks = peak_bytes(dev, mesh ? cfg.devices : 0);  // before evaluation's batches of 1000
+    test_accuracy = evaluate(*net, test_set, dev, input_sharding ? &*input_sharding : nullptr);
     const double mean_loss =
         std::accumulate(losses.begin() + first, losses.end(), 0.0) / double(std::max<size_t>(1, losses.size() - first));
     std::printf("epoch %lld/%lld: %lld steps, mean loss %.4f, test accuracy %.4f, %.2f s (%.2f ms/step median)\n",
@@ -463,7 +580,7 @@ int run(const Config& cfg) {
 
   if (!cfg.resume.empty() && losses.empty()) {
     // The checkpoint's run had finished: report its figures, the accuracy from the restored model.
-    test_accuracy = evaluate(*model, test_set, dev, input_sharding ? &*input_sharding : nullptr);
+    test_accuracy = evaluate(*net, test_set, dev, input_sharding ? &*input_sharding : nullptr);
     std::printf("nothing left to train: the run in %s had already finished (step %lld); its figures follow "
                 "(losses from the checkpoint, test accuracy of the restored model)\n",
                 cfg.resume.c_str(), static_cast<long long>(steps));
@@ -478,12 +595,19 @@ int run(const Config& cfg) {
               static_cast<long long>(steps), final_loss, test_accuracy, train_seconds, med, sps);
   std::fflush(stdout);
 
+  // Memory per device (a rendezvous over the ranks: every rank takes part).
+  DeviceMemory memory;
+  if (!cfg.json.empty()) {
+    if (peaks.empty()) peaks = peak_bytes(dev, mesh ? cfg.devices : 0);
+    memory = device_memory(*opt, peaks, mesh.has_value());
+    if (world > 1) memory = gather_ranks(memory);
+  }
   if (!cfg.json.empty() && master) {
     nlohmann::ordered_json j;
     j["pattern"] = cfg.pattern;
     j["device"] = cfg.device;
     j["model"] = cfg.model;
-    j["parameters"] = model->num_parameters();
+    j["parameters"] = num_parameters;
     j["world_size"] = world;
     j["epochs"] = cfg.epochs;
     j["steps"] = steps;
@@ -503,10 +627,19 @@ int run(const Config& cfg) {
     j["median_step_ms"] = med;
     j["step_ms"] = step_ms;
     j["samples_per_second"] = sps;
+    // Memory, one entry per device (rank order, or SPMD device order).
+    j["devices"] = memory.peak.size();
+    j["peak_bytes_per_device"] = memory.peak;
+    j["parameter_bytes_per_device"] = memory.parameters;
+    j["gradient_bytes_per_device"] = memory.gradients;
+    j["optimizer_bytes_per_device"] = memory.optimizer;
+    std::vector<int64_t> state_bytes(memory.peak.size());
+    for (size_t k = 0; k < state_bytes.size(); ++k)
+      state_bytes[k] = memory.parameters[k] + memory.gradients[k] + memory.optimizer[k];
+    j["training_state_bytes_per_device"] = state_bytes;
     if (mesh) {
-      // SPMD: the mesh, the collectives the partitioner inserted (per training step, counted
-      // as they ran) and each device's peak memory.
-      j["devices"] = cfg.devices;
+      // SPMD: the mesh and the collectives the partitioner inserted (per training step,
+      // counted as they ran).
       j["mesh"] = nlohmann::ordered_json::object();
       for (size_t i = 0; i < mesh_axes.names.size(); ++i) j["mesh"][mesh_axes.names[i]] = mesh_axes.sizes[i];
       const int64_t trained = static_cast<int64_t>(losses.size());
@@ -518,9 +651,6 @@ int run(const Config& cfg) {
       j["collectives"]["total"] = collectives;
       j["parameter_shardings"] = nlohmann::ordered_json::object();  // after training: kept across steps
       for (const auto& [name, p] : model->named_parameters()) j["parameter_shardings"][name] = xs::get_sharding_spec(p);
-      std::vector<int64_t> peaks;
-      for (int k = 0; k < cfg.devices; ++k) peaks.push_back(xm::get_memory_info(Device(DeviceType::XLA, k)).peak_bytes_used);
-      j["peak_bytes_per_device"] = peaks;
     }
     // torch_xla-named counters and timers (name -> total ms); empty on the eager cpu path.
     j["counters"] = nlohmann::ordered_json::object();
@@ -539,7 +669,7 @@ int main(int argc, char** argv) {
   CLI::App app{"axle-train: train a model on Fashion-MNIST with one of the PyTorch/XLA training-loop patterns",
                "axle-train"};
   app.add_option("--pattern", cfg.pattern, "training-loop pattern")
-      ->check(CLI::IsMember({"single", "multiprocess", "ddp", "compiled", "loader", "eager", "spmd"}))
+      ->check(CLI::IsMember({"single", "multiprocess", "ddp", "compiled", "loader", "eager", "spmd", "fsdp", "fsdp-spmd"}))
       ->capture_default_str();
   app.add_option("--device", cfg.device, "device: cpu trains eagerly; xla is the lazy device")
       ->check(CLI::IsMember({"xla", "cpu"}))
@@ -552,7 +682,7 @@ int main(int argc, char** argv) {
   app.add_option("--lr", cfg.lr, "learning rate")->check(positive<double>())->capture_default_str();
   app.add_option("--momentum", cfg.momentum, "SGD momentum")->check(CLI::Range(0.0, 1.0))->capture_default_str();
   app.add_option("--seed", cfg.seed, "random seed (model initialisation, shuffling)")->capture_default_str();
-  app.add_option("--devices", cfg.devices, "devices (processes or SPMD devices)")->check(positive<int>())->capture_default_str();
+  app.add_option("--devices", cfg.devices, "devices (processes, or SPMD devices for spmd and fsdp-spmd)")->check(positive<int>())->capture_default_str();
   app.add_option("--mesh", cfg.mesh,
                  "--pattern spmd: mesh axes and sizes, data=N (default: data=--devices) or data=2,model=2 "
                  "(model: tensor-parallel linear layers)");
@@ -578,7 +708,7 @@ int main(int argc, char** argv) {
   }
   try {
     validate(cfg);
-    if (cfg.pattern == "spmd") {
+    if (spmd_pattern(cfg)) {
       // The virtual devices of this process (read by the runtime at its first use).
       const std::string n = std::to_string(cfg.devices);
       const char* set = std::getenv("AXLE_CPU_DEVICES");
