@@ -444,10 +444,13 @@ void expect_parity(const TrainRun& ref, const TrainRun& got, double loss_tol, do
     for (size_t i = 0; i < ref.params[p].size(); ++i)
       ASSERT_NEAR(got.params[p][i], ref.params[p][i], param_tol * (1 + std::abs(ref.params[p][i])))
           << what << " parameter " << p << " element " << i;
+  // Running statistics: averages of sums whose float order differs between one device and
+  // the sharded batch (and between builds: 1.2e-6 relative after 100 cnn steps at -O1 under
+  // ASan, below 1e-6 at -O2), so 1e-5 rather than 1e-6.
   ASSERT_EQ(ref.buffers.size(), got.buffers.size());
   for (size_t b = 0; b < ref.buffers.size(); ++b)
     for (size_t i = 0; i < ref.buffers[b].size(); ++i)
-      ASSERT_NEAR(got.buffers[b][i], ref.buffers[b][i], 1e-6 * (1 + std::abs(ref.buffers[b][i])))
+      ASSERT_NEAR(got.buffers[b][i], ref.buffers[b][i], 1e-5 * (1 + std::abs(ref.buffers[b][i])))
           << what << " buffer " << b << " (running statistics) element " << i;
 }
 
