@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "axle/generator.h"
+#include "axle/ops.h"
 #include "axle/tensor.h"
 #include "axle/xs.h"
 #include "backend/backend.h"
@@ -27,6 +29,25 @@
 #include "spmd/sharding.h"
 
 namespace axle::spmd_test {
+
+/// A training batch of the data-parallel parity tests (test_spmd, test_fsdp_spmd).
+struct Batch {
+  Tensor x, y;
+};
+/// Deterministic Fashion-MNIST-shaped batches of 128 (labels depend on the images).
+inline const std::vector<Batch>& batches(int n) {
+  static std::vector<Batch> b;
+  if (int(b.size()) < n) {
+    manual_seed(1234);
+    b.clear();
+    for (int i = 0; i < n; ++i) {
+      Tensor x = randn({128, 1, 28, 28});
+      Tensor y = argmax(x.reshape({128, 784}).narrow(1, 0, 10), 1);
+      b.push_back({x, y});
+    }
+  }
+  return b;
+}
 
 using compiler::meta_tensor;
 using compiler::NodeKind;

@@ -23,6 +23,7 @@
 #include "lazy/ir.h"
 #include "lazy/lazy_internal.h"
 #include "spmd/device_count.h"
+#include "spmd_harness.h"
 #include "test_util.h"
 
 using namespace axle;
@@ -79,23 +80,8 @@ struct Net : nn::Module {
 // Wraps every Linear (transformer_auto_wrap_policy({"Linear"}), written out here).
 bool wrap_linears(nn::Module& m, bool recurse, int64_t) { return recurse || m.name() == "Linear"; }
 
-struct Batch {
-  Tensor x, y;
-};
-// Deterministic Fashion-MNIST-shaped batches of 128 (labels depend on the images).
-const std::vector<Batch>& batches(int n) {
-  static std::vector<Batch> b;
-  if (int(b.size()) < n) {
-    manual_seed(1234);
-    b.clear();
-    for (int i = 0; i < n; ++i) {
-      Tensor x = randn({128, 1, 28, 28});
-      Tensor y = argmax(x.reshape({128, 784}).narrow(1, 0, 10), 1);
-      b.push_back({x, y});
-    }
-  }
-  return b;
-}
+using spmd_test::Batch;  // the shared parity data (spmd_harness.h)
+using spmd_test::batches;
 
 struct TrainRun {
   std::vector<double> losses;

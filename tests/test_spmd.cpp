@@ -17,6 +17,7 @@
 #include "dist/dist_internal.h"
 #include "spmd/device_count.h"
 #include "lazy/ir.h"
+#include "spmd_harness.h"
 #include "test_util.h"
 
 using namespace axle;
@@ -372,23 +373,8 @@ nn::ModulePtr make_model(const std::string& name) {
       std::make_shared<nn::Linear>(4 * 14 * 14, 10)});
 }
 
-struct Batch {
-  Tensor x, y;
-};
-// Deterministic Fashion-MNIST-shaped batches of 128 (labels depend on the images).
-const std::vector<Batch>& batches(int n) {
-  static std::vector<Batch> b;
-  if (int(b.size()) < n) {
-    manual_seed(1234);
-    b.clear();
-    for (int i = 0; i < n; ++i) {
-      Tensor x = randn({128, 1, 28, 28});
-      Tensor y = argmax(x.reshape({128, 784}).narrow(1, 0, 10), 1);
-      b.push_back({x, y});
-    }
-  }
-  return b;
-}
+using spmd_test::Batch;  // the shared parity data (spmd_harness.h)
+using spmd_test::batches;
 
 struct TrainRun {
   std::vector<double> losses;
