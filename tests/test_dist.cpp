@@ -32,6 +32,7 @@ namespace {
 
 using axle::test::in_launched_child;
 using axle::test::prepare_launch;
+using axle::test::run_ranks;
 
 // A scratch directory shared by the parent and its children (children inherit it).
 std::string shared_dir() {
@@ -41,19 +42,6 @@ std::string shared_dir() {
   if (!d) throw std::runtime_error("mkdtemp failed");
   ::setenv("AXLE_DIST_TEST_OUT", d, 1);
   return d;
-}
-
-// Runs fn(rank) on `world` processes; a failed expectation inside a child fails that rank.
-// A child runs only its test, so its n-th launch() is the n-th of that test (see
-// prepare_launch).
-void run_ranks(int world, const std::function<void(int)>& fn, double timeout_s = 60) {
-  prepare_launch();
-  launch(
-      [&](int rank) {
-        fn(rank);
-        if (testing::Test::HasFailure()) throw std::runtime_error("a test expectation failed on rank " + std::to_string(rank));
-      },
-      {.world_size = world, .timeout_s = timeout_s});
 }
 
 // Runs `cmd` (helpers of this binary) with stdout and stderr captured together.

@@ -25,16 +25,7 @@ namespace {
 
 using axle::test::in_launched_child;
 using axle::test::prepare_launch;
-
-void run_ranks(int world, const std::function<void(int)>& fn, double timeout_s = 120) {
-  prepare_launch();
-  launch(
-      [&](int rank) {
-        fn(rank);
-        if (testing::Test::HasFailure()) throw std::runtime_error("a test expectation failed on rank " + std::to_string(rank));
-      },
-      {.world_size = world, .timeout_s = timeout_s});
-}
+using axle::test::run_ranks;
 
 nn::ModulePtr make_mlp() {
   manual_seed(0);

@@ -26,6 +26,7 @@ using axle::test::error_of;
 using axle::test::TempDir;
 using axle::test::in_launched_child;
 using axle::test::prepare_launch;
+using axle::test::run_ranks;
 using fsdp::ShardMetadata;
 
 namespace {
@@ -374,16 +375,6 @@ std::string shared_dir() {
   if (!dir) dir = new TempDir();
   ::setenv("AXLE_FSDPCK_TEST_DIR", dir->path.c_str(), 1);
   return dir->path.string();
-}
-
-void run_ranks(int world, const std::function<void(int)>& fn) {
-  prepare_launch();
-  launch(
-      [&](int rank) {
-        fn(rank);
-        if (testing::Test::HasFailure()) throw std::runtime_error("a test expectation failed on rank " + std::to_string(rank));
-      },
-      {.world_size = world, .timeout_s = 60});
 }
 
 // A module with a parameter and a buffer, so the unwrapped order interleaves parameters and

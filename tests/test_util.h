@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "axle/dist.h"
 #include "axle/error.h"
 
 namespace axle::test {
@@ -161,6 +162,18 @@ inline int& launch_seq() {
 inline void prepare_launch() {
   ::setenv("AXLE_TEST_LAUNCH_FILTER", current_test().c_str(), 1);
   ::setenv("AXLE_TEST_LAUNCH_SEQ", std::to_string(launch_seq()++).c_str(), 1);
+}
+
+/// Runs fn(rank) on `world` processes (axle::launch); a failed expectation inside a child
+/// fails that rank. timeout_s: the collectives' and rendezvous' timeout.
+inline void run_ranks(int world, const std::function<void(int)>& fn, double timeout_s = 120) {
+  prepare_launch();
+  launch(
+      [&](int rank) {
+        fn(rank);
+        if (testing::Test::HasFailure()) throw std::runtime_error("a test expectation failed on rank " + std::to_string(rank));
+      },
+      {.world_size = world, .timeout_s = timeout_s});
 }
 
 /// main() of such a binary: a launched child runs only the test that launched it (set by
