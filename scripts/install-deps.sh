@@ -8,6 +8,7 @@ PKGS=(
   ocl-icd-opencl-dev   # oneDNN's CMake config requires OpenCL (only "Recommends" in Debian)
   libgloo-dev          # CPU collectives (multi-process training)
   dataset-fashion-mnist zlib1g-dev
+  fortunes             # the GPT workload's default corpus (axle-train --model gpt; README)
   nlohmann-json3-dev libcli11-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   clang libclang-rt-14-dev   # libFuzzer for the safetensors fuzz test

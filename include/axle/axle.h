@@ -21,6 +21,7 @@
 #include "axle/nn/modules.h"
 #include "axle/nn/loss.h"
 #include "axle/nn/parallel.h"
+#include "axle/nn/utils.h"
 #include "axle/optim/optimizer.h"
 #include "axle/optim/sgd.h"
 #include "axle/optim/adam.h"
@@ -30,3 +31,5 @@
 #include "axle/data/device_loader.h"
 #include "axle/data/fashion_mnist.h"
 #include "axle/data/sampler.h"
+#include "axle/data/text.h"
+#include "axle/models/gpt.h"

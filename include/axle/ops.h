@@ -4,6 +4,7 @@
 #pragma once
 #include <limits>
 #include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -21,8 +22,9 @@ Tensor sqrt(const Tensor& x);
 Tensor rsqrt(const Tensor& x);
 Tensor abs(const Tensor& x);
 Tensor relu(const Tensor& x);
-/// Exact (erf) GELU, as torch.nn.GELU().
-Tensor gelu(const Tensor& x);
+/// GELU as torch.nn.functional.gelu: approximate "none" (the exact, erf form) or "tanh"
+/// (0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))); any other string throws.
+Tensor gelu(const Tensor& x, const std::string& approximate = "none");
 Tensor sigmoid(const Tensor& x);
 Tensor tanh(const Tensor& x);
 Tensor sin(const Tensor& x);
@@ -73,6 +75,9 @@ Tensor gt(const Tensor& a, double b);
 Tensor ge(const Tensor& a, double b);
 /// cond ? a : b, elementwise with broadcasting; cond is bool.
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+/// x with `value` where the bool `mask` (broadcast to x's shape) is true, as
+/// torch.Tensor.masked_fill; the gradient flows to x where mask is false.
+Tensor masked_fill(const Tensor& x, const Tensor& mask, double value);
 /// Converts to another dtype.
 Tensor cast(const Tensor& x, DType t);
 
@@ -117,6 +122,11 @@ Tensor stack(const std::vector<Tensor>& xs, int64_t dim = 0);
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);
 /// out[i][j] = x[index[i][j]][j] for dim 0 (torch.gather).
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);
+/// The lower (tril) / upper (triu) triangle of the last two dims of x (>= 2-D), the rest
+/// zero, as torch.tril / torch.triu: element (i, j) is kept where j - i <= diagonal (tril)
+/// or j - i >= diagonal (triu).
+Tensor tril(const Tensor& x, int64_t diagonal = 0);
+Tensor triu(const Tensor& x, int64_t diagonal = 0);
 
 // ---- linear algebra ----
 /// Matrix product with batch broadcasting (torch.matmul rules for >= 1-D operands).
@@ -166,6 +176,28 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target, Reduction r = Red
 Tensor mse_loss(const Tensor& a, const Tensor& b, Reduction r = Reduction::Mean);
 /// Rows of `weight` [num, dim] picked by integer `indices` of any shape: [..., dim].
 Tensor embedding(const Tensor& weight, const Tensor& indices);
+
+/// Options of scaled_dot_product_attention, in torch.nn.functional's order:
+/// `scaled_dot_product_attention(q, k, v, {.is_causal = true, .dropout_p = 0.1})`.
+struct AttentionOptions {
+  /// Query i attends to keys j <= i (the top-left causal mask, as PyTorch's is_causal).
+  bool is_causal = false;
+  /// Dropout on the attention weights (applied when > 0, as PyTorch does: pass 0 in eval).
+  double dropout_p = 0.0;
+  /// Score scale; unset: 1 / sqrt(E), E = q's last dim.
+  std::optional<double> scale{};
+  /// Optional mask broadcastable to [..., L, S]: bool (true = attend) or float (added to the
+  /// scores). Not allowed together with is_causal.
+  Tensor attn_mask{};
+  /// The dropout's random numbers (the default generator if null).
+  Generator* generator = nullptr;
+};
+/// softmax(q k^T * scale + mask) v, as torch.nn.functional.scaled_dot_product_attention:
+/// q [..., L, E], k [..., S, E], v [..., S, Ev] (batch dims broadcast) -> [..., L, Ev].
+/// One fused op with its own backward: the L x S score matrix is never materialised
+/// (online softmax over key tiles); its backward recomputes the scores tile by tile.
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                    const AttentionOptions& o = {});
 
 // ---- compiler barriers ----
 /// The identity on each of `xs` (one op; the outputs alias the inputs), which the graph

@@ -98,7 +98,7 @@ Tensors vjp_abs(const VjpArgs& v) {
   return {mul(v.grad[0], sign)};
 }
 Tensors vjp_relu(const VjpArgs& v) { return {call1(OpKind::ReluBackward, {v.grad[0], v.out[0]})}; }
-Tensors vjp_gelu(const VjpArgs& v) { return {call1(OpKind::GeluBackward, {v.grad[0], v.in[0]})}; }
+Tensors vjp_gelu(const VjpArgs& v) { return {call1(OpKind::GeluBackward, {v.grad[0], v.in[0]}, v.attrs)}; }
 Tensors vjp_sigmoid(const VjpArgs& v) {
   const Tensor& y = v.out[0];
   return {mul(v.grad[0], mul(y, 1.0 - y))};
@@ -211,6 +211,8 @@ DType elementwise_compute_dtype(OpKind k, const std::vector<DType>& in) {
 namespace {
 constexpr float kInvSqrt2 = 0.70710678118654752f;
 constexpr float kInvSqrt2Pi = 0.39894228040143268f;
+constexpr float kSqrt2OverPi = 0.79788456080286536f;  // GELU's tanh approximation: sqrt(2 / pi)
+constexpr float kGeluCubic = 0.044715f;
 
 }  // namespace
 
@@ -224,7 +226,10 @@ void register_elementwise_ops() {
   AXLE_UNARY(Rsqrt, vjp_rsqrt, [](float x, const attr::Rsqrt&) { return 1.0f / std::sqrt(x); });
   AXLE_UNARY(Abs, vjp_abs, [](auto x, const attr::Abs&) { return x < decltype(x)(0) ? -x : x; });
   AXLE_UNARY(Relu, vjp_relu, [](auto x, const attr::Relu&) { return x > decltype(x)(0) ? x : decltype(x)(0); });
-  AXLE_UNARY(Gelu, vjp_gelu, [](float x, const attr::Gelu&) { return 0.5f * x * (1.0f + std::erf(x * kInvSqrt2)); });
+  AXLE_UNARY(Gelu, vjp_gelu, [](float x, const attr::Gelu& a) {
+    if (a.tanh) return 0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * (x + kGeluCubic * x * x * x)));
+    return 0.5f * x * (1.0f + std::erf(x * kInvSqrt2));
+  });
   AXLE_UNARY(Sigmoid, vjp_sigmoid, [](float x, const attr::Sigmoid&) { return 1.0f / (1.0f + std::exp(-x)); });
   AXLE_UNARY(Tanh, vjp_tanh, [](float x, const attr::Tanh&) { return std::tanh(x); });
   AXLE_UNARY(Sin, vjp_sin, [](float x, const attr::Sin&) { return std::sin(x); });
@@ -259,7 +264,12 @@ void register_elementwise_ops() {
   AXLE_BINARY(Pow, vjp_pow, [](float x, float y, const attr::Pow&) { return std::pow(x, y); });
   AXLE_BINARY(Maximum, vjp_maximum, [](auto x, auto y, const attr::Maximum&) { return x > y || x != x ? x : y; });
   AXLE_BINARY(Minimum, vjp_minimum, [](auto x, auto y, const attr::Minimum&) { return x < y || x != x ? x : y; });
-  AXLE_BINARY(GeluBackward, nullptr, [](float g, float x, const attr::GeluBackward&) {  // (grad, x)
+  AXLE_BINARY(GeluBackward, nullptr, [](float g, float x, const attr::GeluBackward& a) {  // (grad, x)
+    if (a.tanh) {  // d/dx 0.5 x (1 + t), t = tanh(u), u = c (x + k x^3)
+      const float t = std::tanh(kSqrt2OverPi * (x + kGeluCubic * x * x * x));
+      const float du = kSqrt2OverPi * (1.0f + 3.0f * kGeluCubic * x * x);
+      return g * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du);
+    }
     float cdf = 0.5f * (1.0f + std::erf(x * kInvSqrt2));
     return g * (cdf + x * kInvSqrt2Pi * std::exp(-0.5f * x * x));
   });
@@ -299,7 +309,11 @@ Tensor sqrt(const Tensor& x) { return call1(OpKind::Sqrt, {x}); }
 Tensor rsqrt(const Tensor& x) { return call1(OpKind::Rsqrt, {x}); }
 Tensor abs(const Tensor& x) { return call1(OpKind::Abs, {x}); }
 Tensor relu(const Tensor& x) { return call1(OpKind::Relu, {x}); }
-Tensor gelu(const Tensor& x) { return call1(OpKind::Gelu, {x}); }
+Tensor gelu(const Tensor& x, const std::string& approximate) {
+  AXLE_CHECK(approximate == "none" || approximate == "tanh",
+             "[gelu] expected approximate \"none\" or \"tanh\", got \"", approximate, "\"");
+  return call1(OpKind::Gelu, {x}, ops::attr::Gelu{.tanh = approximate == "tanh"}.pack());
+}
 Tensor sigmoid(const Tensor& x) { return call1(OpKind::Sigmoid, {x}); }
 Tensor tanh(const Tensor& x) { return call1(OpKind::Tanh, {x}); }
 Tensor sin(const Tensor& x) { return call1(OpKind::Sin, {x}); }

@@ -1,5 +1,5 @@
 // Composite nn functions built from public ops (autograd and lazy tracing come for free):
-// batch_norm, layer_norm, dropout, cross_entropy, mse_loss, embedding.
+// batch_norm, layer_norm, dropout, cross_entropy, mse_loss, embedding, masked_fill, tril, triu.
 #include <cmath>
 #include <string>
 
@@ -192,6 +192,38 @@ Tensor embedding(const Tensor& weight, const Tensor& indices) {
   Shape s = indices.shape();
   s.push_back(weight.shape()[1]);
   return reshape(rows, s);
+}
+
+Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
+  ops::check_defined(x, "masked_fill", "input");
+  ops::check_defined(mask, "masked_fill", "mask");
+  AXLE_CHECK(mask.dtype() == kBool, "[masked_fill] expected a bool mask, got ", mask.dtype());
+  Tensor out = as_op("masked_fill", [&] {
+    return where(mask, scalar_tensor(value, {.dtype = x.dtype(), .device = x.device()}), x);
+  });
+  AXLE_CHECK(out.shape() == x.shape(), "[masked_fill] expected a mask broadcastable to ", shape_str(x.shape()),
+             ", got ", shape_str(mask.shape()));
+  return out;
+}
+
+namespace {
+/// Keeps element (i, j) of the last two dims where `keep(j - i)`, zeroes the rest.
+template <class Keep>
+Tensor triangle(const char* op, const Tensor& x, Keep keep) {
+  ops::check_defined(x, op, "input");
+  AXLE_CHECK(x.dim() >= 2, "[", op, "] expected an input of at least 2 dims, got ", shape_str(x.shape()));
+  const int64_t rows = x.shape()[size_t(x.dim() - 2)], cols = x.shape()[size_t(x.dim() - 1)];
+  Tensor i = reshape(arange(rows, {.dtype = kInt64, .device = x.device()}), {rows, 1});
+  Tensor j = reshape(arange(cols, {.dtype = kInt64, .device = x.device()}), {1, cols});
+  return where(keep(sub(j, i)), x, scalar_tensor(0, {.dtype = x.dtype(), .device = x.device()}));
+}
+}  // namespace
+
+Tensor tril(const Tensor& x, int64_t diagonal) {
+  return triangle("tril", x, [&](const Tensor& d) { return le(d, double(diagonal)); });
+}
+Tensor triu(const Tensor& x, int64_t diagonal) {
+  return triangle("triu", x, [&](const Tensor& d) { return ge(d, double(diagonal)); });
 }
 
 }  // namespace axle

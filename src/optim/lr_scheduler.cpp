@@ -1,4 +1,5 @@
-// StepLR and CosineAnnealingLR with PyTorch 1.13's recursive get_lr() formulas.
+// StepLR and CosineAnnealingLR with PyTorch 1.13's recursive get_lr() formulas; LambdaLR and
+// the warmup + cosine factor of GPT-style training.
 #include "axle/optim/lr_scheduler.h"
 
 #include <cmath>
@@ -88,6 +89,35 @@ std::vector<double> CosineAnnealingLR::get_lr() const {
     }
   }
   return out;
+}
+
+// ---- LambdaLR ----
+LambdaLR::LambdaLR(Optimizer& opt, std::function<double(int64_t)> lr_lambda)
+    : LRScheduler(opt), lambda_(std::move(lr_lambda)) {
+  AXLE_CHECK(lambda_ != nullptr, "[LambdaLR] expected a function, got none");
+  initial_step();
+}
+
+std::vector<double> LambdaLR::get_lr() const {
+  const double f = lambda_(last_epoch_);
+  std::vector<double> out;
+  for (double b : base_lrs_) out.push_back(b * f);
+  return out;
+}
+
+std::function<double(int64_t)> warmup_cosine(double base_lr, int64_t warmup_steps, int64_t max_steps, double min_lr) {
+  AXLE_CHECK(max_steps > 0, "[warmup_cosine] expected max_steps > 0, got ", max_steps);
+  AXLE_CHECK(warmup_steps >= 0 && warmup_steps <= max_steps, "[warmup_cosine] expected 0 <= warmup_steps <= max_steps (",
+             max_steps, "), got ", warmup_steps);
+  AXLE_CHECK(base_lr > 0 && min_lr >= 0 && min_lr <= base_lr, "[warmup_cosine] expected 0 <= min_lr <= base_lr (",
+             base_lr, "), got ", min_lr);
+  const double floor = min_lr / base_lr;
+  return [=](int64_t step) {
+    if (step < warmup_steps) return double(step + 1) / double(warmup_steps);
+    if (step >= max_steps) return floor;
+    const double progress = double(step - warmup_steps) / double(max_steps - warmup_steps);
+    return floor + 0.5 * (1.0 + std::cos(std::numbers::pi * progress)) * (1.0 - floor);
+  };
 }
 
 }  // namespace axle::optim

@@ -5,6 +5,7 @@
 //   for (...) { train_epoch(); sched.step(); }
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "axle/optim/optimizer.h"
@@ -69,5 +70,22 @@ class CosineAnnealingLR : public LRScheduler {
   int64_t T_max_;
   double eta_min_;
 };
+
+/// lr = base_lr * lambda(epoch), as torch.optim.lr_scheduler.LambdaLR with one function for
+/// every group. Call step() once per optimizer step for per-step schedules.
+class LambdaLR : public LRScheduler {
+ public:
+  LambdaLR(Optimizer& opt, std::function<double(int64_t)> lr_lambda);
+
+ protected:
+  std::vector<double> get_lr() const override;
+  std::function<double(int64_t)> lambda_;
+};
+
+/// The factor of GPT-style training's schedule, for LambdaLR: linear warmup from 1/warmup_steps
+/// to 1 over steps 0..warmup_steps-1 (factor (step + 1) / warmup_steps), then cosine decay to
+/// min_lr / base_lr at step max_steps, and that floor after it. Throws axle::Error unless
+/// 0 <= warmup_steps <= max_steps, max_steps > 0 and 0 <= min_lr <= base_lr.
+std::function<double(int64_t)> warmup_cosine(double base_lr, int64_t warmup_steps, int64_t max_steps, double min_lr);
 
 }  // namespace axle::optim
