@@ -12,9 +12,7 @@
 # 3. Inside, as root, with a clean environment: `apt-get install make` (the one thing the
 #    README asks for first), then exactly the README's two commands, shortened:
 #      make train TRAIN_ARGS="--max-steps 50"
-#      make test CTEST_ARGS="-R <quick suites>"     (AXLE_FRESH_CTEST=. : every test)
-#    then AXLE_FRESH_AFTER, if set (make targets run there too, e.g. "test-repeat": CI runs
-#    them in the fresh root to reuse its build). CMAKE_FLAGS, if set, is passed in.
+#      make test CTEST_ARGS="-R <quick suites>"
 #    A package missing from scripts/install-deps.sh fails the build or a test there.
 #
 # Needs root (debootstrap, chroot, mount); runs itself in a private mount namespace, and a
@@ -163,7 +161,7 @@ mount_in /var/cache/apt/archives --bind "$CACHE/archives"
 stage="inside the fresh root"
 t0=$SECONDS
 chroot "$ROOT" /usr/bin/env -i HOME=/root LANG=C.UTF-8 TERM=dumb DEBIAN_FRONTEND=noninteractive \
-  PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin CMAKE_FLAGS="${CMAKE_FLAGS:-}" \
+  PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
   /bin/bash -euo pipefail -c '
     say() { echo "fresh-check: inside [${SECONDS} s]: $*" >&2; }
     say "apt-get install make (the README asks for it first)"
@@ -174,12 +172,8 @@ chroot "$ROOT" /usr/bin/env -i HOME=/root LANG=C.UTF-8 TERM=dumb DEBIAN_FRONTEND
     make train TRAIN_ARGS="--max-steps 50"
     say "make test CTEST_ARGS=\"-R '"'"'$1'"'"'\""
     make test CTEST_ARGS="-R '"'"'$1'"'"'"
-    for target in $2; do
-      say "make $target"
-      make "$target"
-    done
     say "done"
-  ' fresh-check "$CTEST_SUBSET" "${AXLE_FRESH_AFTER:-}" &
+  ' fresh-check "$CTEST_SUBSET" &
 wait $!   # in the background so that a signal reaches the trap at once
 log "the README's commands took $((SECONDS - t0)) s inside the fresh root"
 stage=done
