@@ -68,7 +68,7 @@ std::vector<Tensor> operands_in_domain(ops::OpKind k, const std::vector<Tensor>&
   return v;
 }
 
-// Attributes for op k: a random dtype for DTYPE fields (cast), floats around their default
+// Attributes for op k: a random dtype for DTYPE fields (cast), a random BOOL (gelu's tanh), floats around their default
 // (uniform in [-1, 1] where the default is unbounded). Stored in the instruction, so every
 // device runs the same.
 ops::Attrs draw_attrs(ops::OpKind k, std::mt19937_64& rng) {
@@ -80,6 +80,8 @@ ops::Attrs draw_attrs(ops::OpKind k, std::mt19937_64& rng) {
     if (field.type == ops::AttrType::DType) {
       const DType choices[] = {kFloat32, kInt32, kInt64, kBool};
       a.ints.push_back(int64_t(choices[rng() % 4]));
+    } else if (field.type == ops::AttrType::Bool) {  // gelu's tanh: both forms
+      a.ints.push_back(int64_t(rng() % 2));
     } else if (field.type == ops::AttrType::Float) {
       const double d = field.default_value;
       a.floats.push_back(std::isfinite(d) ? d * (1 + 0.5 * u(rng)) : u(rng));
