@@ -298,6 +298,8 @@ TEST(TextErrors, InvalidUtf8NamesTheByteOffset) {
                {dir / "2bad", "invalid UTF-8 at byte offset 4", "0x80-0xBF", "found 0x28"});
   // Overlong, surrogate, above U+10FFFF, truncated at the end.
   expect_error([] { TextCorpus::from_text("x\xc0\xaf", 0.1, "t"); }, {"byte offset 1", "found 0xC0", "overlong"});
+  expect_error([] { TextCorpus::from_text("\xe0\x80\xaf", 0.1, "t"); }, {"byte offset 1", "0xA0-0xBF", "found 0x80"});
+  expect_error([] { TextCorpus::from_text("\xf0\x80\x80\xaf", 0.1, "t"); }, {"byte offset 1", "0x90-0xBF", "found 0x80"});
   expect_error([] { TextCorpus::from_text("ab\xed\xa0\x80", 0.1, "t"); }, {"byte offset 3", "0x80-0x9F", "found 0xA0"});
   expect_error([] { TextCorpus::from_text("\xf4\x90\x80\x80", 0.1, "t"); }, {"byte offset 1", "0x80-0x8F", "found 0x90"});
   expect_error([] { TextCorpus::from_text("ok \xf0\x9f\x98", 0.1, "t"); }, {"byte offset 3", "4 bytes", "end of the text"});

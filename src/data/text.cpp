@@ -102,11 +102,11 @@ void decode_utf8(std::string_view s, const char* who, const std::string& source,
       const unsigned char lo_k = k == 1 ? lo : 0x80, hi_k = k == 1 ? hi : 0xBF;
       if (i + k >= n)
         fail(i, std::to_string(len) + " bytes for the character starting with " + hex_byte(b),
-             "the end of the text after " + std::to_string(k));
+             "the end of the text after " + std::to_string(k) + (k == 1 ? " byte" : " bytes"));
       const unsigned char t = p[i + k];
       if (t < lo_k || t > hi_k)
-        fail(i + k, "byte " + std::to_string(k + 1) + " of the character starting with " + hex_byte(b) + " at offset " +
-                        std::to_string(i) + " in " + hex_byte(lo_k) + "-" + hex_byte(hi_k),
+        fail(i + k, "a continuation byte in " + hex_byte(lo_k) + "-" + hex_byte(hi_k) + " (byte " + std::to_string(k + 1) +
+                        " of the character starting with " + hex_byte(b) + " at offset " + std::to_string(i) + ")",
              hex_byte(t));
       c = (c << 6) | (t & 0x3F);
     }
