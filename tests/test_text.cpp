@@ -317,6 +317,7 @@ TEST(TextErrors, TooShortForOneWindow) {
                {"training split of digits", "block_size + 1 = 8", "found 7"});
   EXPECT_NO_THROW(TextWindows(c, Split::Train, 6));
   expect_error([&] { TextWindows(c, Split::Train, 0); }, {"block_size >= 1", "got 0"});
+  expect_error([&] { TextWindows(c, Split::Train, INT64_MAX); }, {"block_size >= 1", "got 9223372036854775807"});
   TextWindows w(c, Split::Train, 4);  // 3 windows
   expect_error([&] { w.get(3); }, {"window indices in [0, 3)", "got 3"});
   expect_error([&] { w.get_batch({0, -1}); }, {"window indices in [0, 3)", "got -1"});

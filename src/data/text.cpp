@@ -260,9 +260,10 @@ const char* split_name(Split s) { return s == Split::Train ? "training" : "valid
 TextWindows::TextWindows(std::shared_ptr<const TextCorpus> corpus, Split split, int64_t block_size)
     : corpus_(std::move(corpus)), split_(split), block_(block_size) {
   AXLE_CHECK(corpus_ != nullptr, "[TextWindows] expected a corpus, got null");
-  AXLE_CHECK(block_size >= 1, "[TextWindows] expected block_size >= 1, got ", block_size);
+  AXLE_CHECK(block_size >= 1 && block_size <= (int64_t(1) << 40),
+             "[TextWindows] expected block_size >= 1 (and at most 2^40), got ", block_size);
   const int64_t len = int64_t(corpus_->tokens(split_).size());
-  AXLE_CHECK(len >= block_size + 1, "[TextWindows] the ", split_name(split_), " split of ", corpus_->source(),
+  AXLE_CHECK(len > block_size, "[TextWindows] the ", split_name(split_), " split of ", corpus_->source(),
              " is too short for one window: expected at least block_size + 1 = ", block_size + 1, " tokens, found ",
              len);
 }
