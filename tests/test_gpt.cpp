@@ -191,9 +191,11 @@ TEST(GptParity, ThirtyStepsOnCpuMatchPyTorch) {
 TEST(GptParity, ThirtyStepsOnXlaMatchPyTorchOneGraphPerStep) {
   const TrainRun r = train_golden(device());
   expect_matches_pytorch(r);
-  // The first step compiles (AdamW's state starts as zeros), the second its steady-state graph;
-  // after that the graph is cached whatever the learning rate: the count stays flat.
+  // The first step compiles; the second may compile another (a first step may differ, e.g.
+  // AdamW's state starting as zeros: today it does not, and the whole run is one graph); after
+  // that the graph is cached whatever the learning rate: the count stays flat.
   ASSERT_GE(r.uncached_after.size(), 3u);
+  EXPECT_GE(r.uncached_after[0], 1);
   EXPECT_LE(r.uncached_after[1], 2);
   EXPECT_EQ(r.uncached_after.back(), r.uncached_after[1]) << metrics::short_report();
   for (size_t i = 0; i < r.executions.size(); ++i) EXPECT_EQ(r.executions[i], 1) << "graphs run in step " << i;
