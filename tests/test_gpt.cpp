@@ -207,7 +207,7 @@ TEST(GptParity, ThirtyStepsOnXlaMatchPyTorchOneGraphPerStep) {
 
 struct AccumRun {
   std::vector<double> loss, grad_norm;
-  std::vector<Tensor> params;  ///< after the steps, on the cpu
+  std::vector<std::pair<std::string, Tensor>> params;  ///< after the steps, on the cpu
   std::vector<int64_t> executions;
 };
 
@@ -244,7 +244,7 @@ AccumRun train_accum(Device dev, int micro) {
   }
   for (const Tensor& l : losses) r.loss.push_back(l.item());
   for (const Tensor& n : norms) r.grad_norm.push_back(n.item());
-  for (const Tensor& p : m->parameters()) r.params.push_back(p.cpu());
+  for (const auto& [name, p] : m->named_parameters()) r.params.emplace_back(name, p.cpu());
   return r;
 }
 
@@ -258,11 +258,21 @@ TEST(GptAccumulation, FourMicroBatchesOfEightEqualOneOf32OnXlaInOneGraph) {
     EXPECT_NEAR(acc.grad_norm[s], big.grad_norm[s], 1e-5 * std::abs(big.grad_norm[s])) << "step " << s;
   }
   ASSERT_EQ(big.params.size(), acc.params.size());
+  const size_t C = size_t(config().n_embd);
   for (size_t k = 0; k < big.params.size(); ++k) {
-    const auto x = acc.params[k].to_vector<float>(), y = big.params[k].to_vector<float>();
+    const auto& [name, p] = acc.params[k];
+    const auto x = p.to_vector<float>(), y = big.params[k].second.to_vector<float>();
     double worst = 0;
-    for (size_t i = 0; i < x.size(); ++i) worst = std::max(worst, std::abs(double(x[i]) - y[i]));
-    EXPECT_LE(worst, 1e-5) << "parameter " << k;
+    size_t at = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      // The key part of qkv.bias has a gradient of exactly 0 (a softmax does not change when
+      // a constant is added to each query's scores): what backward gives there is rounding
+      // noise, which Adam's normalisation turns into steps of +-lr in either run.
+      if (name.ends_with("qkv.bias") && i >= C && i < 2 * C) continue;
+      const double d = std::abs(double(x[i]) - y[i]);
+      if (!(d <= worst)) worst = d, at = i;
+    }
+    EXPECT_LE(worst, 1e-5) << name << " element " << at;
   }
   // Each step (4 forwards and backwards, clipping, AdamW) is one graph execution.
   for (size_t s = 0; s < acc.executions.size(); ++s) EXPECT_EQ(acc.executions[s], 1) << "step " << s;
