@@ -107,6 +107,7 @@ Tensor GPT::loss(const Tensor& idx, const Tensor& targets) {
   Tensor logits = forward(idx);
   AXLE_CHECK(targets.defined() && targets.shape() == idx.shape(), "[GPT.loss] expected targets of shape ",
              shape_str(idx.shape()), ", got ", targets.defined() ? shape_str(targets.shape()) : std::string("none"));
+  AXLE_CHECK(targets.dtype() == kInt64, "[GPT.loss] expected int64 targets (token ids), got ", targets.dtype());
   return cross_entropy(reshape(logits, {-1, cfg_.vocab_size}), reshape(targets, {-1}));
 }
 
@@ -145,7 +146,12 @@ std::vector<int64_t> GPT::generate(const std::vector<int64_t>& prompt, int64_t n
   for (int64_t id : prompt)
     AXLE_CHECK(id >= 0 && id < cfg_.vocab_size, "[GPT.generate] expected prompt ids in [0, ", cfg_.vocab_size,
                "), got ", id);
-  const bool was_training = is_training();
+  // Eval mode for the sampling, the caller's mode restored after (also on an error).
+  struct ModeGuard {
+    Module& m;
+    bool was = m.is_training();
+    ~ModeGuard() { m.train(was); }
+  } mode{*this};
   eval();
   NoGradGuard no_grad;
   const Device dev = tok->weight.device();
@@ -158,7 +164,10 @@ std::vector<int64_t> GPT::generate(const std::vector<int64_t>& prompt, int64_t n
     std::vector<int64_t> window(size_t(T), 0);
     std::copy(ids.end() - len, ids.end(), window.begin());
     Tensor logits = forward(from_vector(window, {1, T}).to(dev));
-    std::vector<float> l = reshape(slice(logits, 1, len - 1, len), {V}).cpu().to_vector<float>();
+    // The last real position's logits, picked by an index tensor (data, not an attribute),
+    // so the graph stays the same while the window fills.
+    Tensor last = from_vector(std::vector<int64_t>{len - 1}, {1}).to(dev);
+    std::vector<float> l = reshape(index_select(logits, 1, last), {V}).cpu().to_vector<float>();
     std::vector<double> w(static_cast<size_t>(V));
     for (int64_t v = 0; v < V; ++v) w[size_t(v)] = double(l[size_t(v)]) / temperature;
     if (top_k > 0 && top_k < V) {  // keep the k largest (ties at the k-th all kept)
@@ -181,7 +190,6 @@ std::vector<int64_t> GPT::generate(const std::vector<int64_t>& prompt, int64_t n
     }
     ids.push_back(pick);
   }
-  train(was_training);
   if (prompt.empty()) ids.erase(ids.begin());
   return ids;
 }

@@ -109,8 +109,9 @@ std::function<double(int64_t)> warmup_cosine(double base_lr, int64_t warmup_step
   AXLE_CHECK(max_steps > 0, "[warmup_cosine] expected max_steps > 0, got ", max_steps);
   AXLE_CHECK(warmup_steps >= 0 && warmup_steps <= max_steps, "[warmup_cosine] expected 0 <= warmup_steps <= max_steps (",
              max_steps, "), got ", warmup_steps);
-  AXLE_CHECK(base_lr > 0 && min_lr >= 0 && min_lr <= base_lr, "[warmup_cosine] expected 0 <= min_lr <= base_lr (",
-             base_lr, "), got ", min_lr);
+  AXLE_CHECK(base_lr > 0, "[warmup_cosine] expected base_lr > 0, got ", base_lr);
+  AXLE_CHECK(min_lr >= 0 && min_lr <= base_lr, "[warmup_cosine] expected 0 <= min_lr <= base_lr (", base_lr, "), got ",
+             min_lr);
   const double floor = min_lr / base_lr;
   return [=](int64_t step) {
     if (step < warmup_steps) return double(step + 1) / double(warmup_steps);
