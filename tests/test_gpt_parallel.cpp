@@ -109,10 +109,23 @@ TrainRun train(Layout layout, int steps, std::vector<int64_t> shape = {}, std::v
   return r;
 }
 
-std::map<std::string, int> kinds(const std::vector<spmd::CollectiveNote>& c) {
+// Collectives by "kind type" ("all-reduce float32[8, 16, 32]"; a parameter: "all-gather
+// parameter"), and checks that none moves a parameter or is an all-to-all / permute.
+std::map<std::string, int> census(const std::vector<spmd::CollectiveNote>& c) {
   std::map<std::string, int> k;
-  for (const auto& n : c) ++k[n.kind];
+  for (const auto& n : c) {
+    const size_t colon = n.value.rfind(" : ");
+    const std::string what = n.value.rfind("parameter", 0) == 0 ? "parameter"
+                             : colon == std::string::npos ? n.value
+                                                          : n.value.substr(colon + 3);
+    ++k[n.kind + " " + what];
+  }
   return k;
+}
+int count_kind(const std::vector<spmd::CollectiveNote>& c, const std::string& kind, const std::string& rule_part = "") {
+  int n = 0;
+  for (const auto& x : c) n += x.kind == kind && x.rule.find(rule_part) != std::string::npos;
+  return n;
 }
 
 class GptParallel : public ::testing::Test {
@@ -142,24 +155,88 @@ TEST_F(GptParallel, TensorParallelOnModelAxisMatchesOneDevice) {
   const TrainRun& ref = reference(10);
   EXPECT_LT(ref.losses.back(), ref.losses.front() - 0.1);  // it learns
   const TrainRun tp = train(Layout::TensorParallel, 10, {2}, {"model"});
-  std::cerr << tp.table;
   expect_same(tp, ref, 1e-5, "model=2");
-  for (const auto& [k, v] : kinds(tp.collectives)) std::cerr << k << ": " << v << "\n";
+  // Megatron's split, as gpt.h documents: column-parallel qkv and fc (weight and bias on
+  // dim 0), row-parallel proj and out (weight on dim 1), the rest replicated.
+  for (int i = 0; i < 2; ++i) {
+    const std::string b = "blocks." + std::to_string(i) + ".";
+    EXPECT_EQ(tp.shardings.at(b + "qkv.weight"), "{devices=[2,1]0,1}");
+    EXPECT_EQ(tp.shardings.at(b + "qkv.bias"), "{devices=[2]0,1}");
+    EXPECT_EQ(tp.shardings.at(b + "fc.weight"), "{devices=[2,1]0,1}");
+    EXPECT_EQ(tp.shardings.at(b + "fc.bias"), "{devices=[2]0,1}");
+    EXPECT_EQ(tp.shardings.at(b + "proj.weight"), "{devices=[1,2]0,1}");
+    EXPECT_EQ(tp.shardings.at(b + "out.weight"), "{devices=[1,2]0,1}");
+    for (const char* r : {"proj.bias", "out.bias", "ln1.weight", "ln2.bias"})
+      EXPECT_EQ(tp.shardings.at(b + r), "{replicated}") << b + r;
+  }
+  EXPECT_EQ(tp.shardings.at("tok.weight"), "{replicated}");
+  // The step's collectives (forward, backward, clipping, AdamW), per block: one all-reduce
+  // of the [B, T, C] activation after proj and one after out (forward), one each at the
+  // inputs of qkv and fc (backward: the column-parallel input gradients); one scalar
+  // all-reduce per split parameter for the gradient norm. The packed qkv output cannot be
+  // split per head by a tiled sharding of its [3C, C] weight (see docs/spmd.md): one
+  // all-gather of it in forward, and of dq, dk, dv in backward. No parameter is ever
+  // gathered, nothing else moves.
+  const auto c = census(tp.collectives);
+  EXPECT_EQ(c, (std::map<std::string, int>{{"all-reduce float32[8, 16, 32]", 8},
+                                           {"all-reduce float32[]", 12},
+                                           {"all-gather float32[8, 16, 96]", 2},
+                                           {"all-gather float32[8, 16, 32]", 6}}))
+      << tp.table;
+  EXPECT_EQ(count_kind(tp.collectives, "all-reduce", "bias or relu after a contracting-sharded dot"), 4) << tp.table;
 }
 
 TEST_F(GptParallel, DataTimesModelMeshMatchesOneDevice) {
   const TrainRun& ref = reference(10);
   const TrainRun tp = train(Layout::TensorParallel, 10, {2, 2}, {"data", "model"});
-  std::cerr << tp.table;
   expect_same(tp, ref, 1e-5, "data=2,model=2");
+  EXPECT_EQ(tp.shardings.at("blocks.0.qkv.weight"), "{devices=[2,1,2]0,2,1,3 last_tile_dim_replicate}");
+  EXPECT_EQ(tp.shardings.at("blocks.1.out.weight"), "{devices=[1,2,2]0,2,1,3 last_tile_dim_replicate}");
+  EXPECT_EQ(tp.shardings.at("tok.weight"), "{replicated}");
+  // As on model=2 (the activations now half as big), plus data parallelism's gradient
+  // all-reduces over "data" (each of a model-split weight on its shard only); the token ids
+  // stay batch-split through the embedding. Still no parameter and no token id gathered.
+  const auto c = census(tp.collectives);
+  EXPECT_EQ(c.count("all-gather parameter"), 0u) << tp.table;
+  EXPECT_EQ(c.count("all-reduce parameter"), 0u) << tp.table;
+  EXPECT_EQ(c.count("all-gather int64[128]"), 0u) << tp.table;
+  EXPECT_EQ(count_kind(tp.collectives, "all-gather"), 8) << tp.table;
+  EXPECT_EQ(count_kind(tp.collectives, "all-to-all") + count_kind(tp.collectives, "collective-permute") +
+                count_kind(tp.collectives, "reduce-scatter"),
+            0)
+      << tp.table;
+  EXPECT_EQ(c.at("all-reduce float32[8, 16, 32]"), 8) << tp.table;
+  // Every gradient all-reduce over "data" moves a shard: the 6 model-split weights per
+  // block are reduced after the slice to their shard ([96, 32] -> 48 rows), never whole.
+  int qkv_grads = 0;
+  for (const auto& n : tp.collectives) {
+    if (n.kind != "all-reduce" || n.from.rfind("partial(data)", 0) != 0 || n.value.find("[96, 32]") == std::string::npos)
+      continue;
+    ++qkv_grads;
+    EXPECT_EQ(n.bytes_per_device, 48 * 32 * 4 * 2 / 2) << n.value << " " << n.from << " -> " << n.to;
+  }
+  EXPECT_EQ(qkv_grads, 2) << tp.table;
 }
 
 // ---------------------------------------------------------------- FSDP v2
 TEST_F(GptParallel, Fsdp2MatchesOneDevice) {
   const TrainRun& ref = reference(5);
   const TrainRun f = train(Layout::Fsdp2, 5, {2}, {"fsdp"});
-  std::cerr << f.table;
   expect_same(f, ref, 1e-5, "fsdp=2");
+  // Each parameter on its largest dim (the tied tok.weight [24, 32] on dim 1).
+  EXPECT_EQ(f.shardings.at("blocks.0.qkv.weight"), "{devices=[2,1]0,1}");
+  EXPECT_EQ(f.shardings.at("blocks.1.out.weight"), "{devices=[1,2]0,1}");
+  EXPECT_EQ(f.shardings.at("tok.weight"), "{devices=[1,2]0,1}");
+  // Every matrix gradient is reduce-scattered into its parameter's shard, once (tok.weight's
+  // too, whose embedding and head contributions are summed first), never all-reduced whole.
+  const auto c = census(f.collectives);
+  for (const char* shape : {"[96, 32]", "[32, 32]", "[128, 32]", "[32, 128]"}) {
+    EXPECT_EQ(c.count(std::string("reduce-scatter float32") + shape) ? c.at(std::string("reduce-scatter float32") + shape) : 0, 2)
+        << shape << "\n" << f.table;
+    EXPECT_EQ(c.count(std::string("all-reduce float32") + shape), 0u) << shape << "\n" << f.table;
+  }
+  EXPECT_EQ(c.count("reduce-scatter float32[24, 32]") ? c.at("reduce-scatter float32[24, 32]") : 0, 1) << f.table;
+  EXPECT_EQ(c.count("all-reduce float32[24, 32]"), 0u) << f.table;
 }
 
 int main(int argc, char** argv) { return axle::test::launch_test_main(argc, argv); }
