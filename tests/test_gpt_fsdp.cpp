@@ -127,6 +127,16 @@ TEST(GptFsdp1, PerBlockUnitsAndTiedHeadMatchOneDevice) {
     // gradient is reduce-scattered once, tok.weight's too although the embedding and the
     // head both use it (its two contributions are summed first).
     EXPECT_EQ(count_of(graph, " = reduce_scatter("), 28) << graph;
+    // tok.weight (768 elements, the only such parameter): one all-gather serves the embedding
+    // and the head in forward, one re-gather serves backward (reshard_after_forward).
+    EXPECT_EQ(count_of(graph, " = all_gather("), 42) << graph;
+    int tok_gathers = 0, tok_scatters = 0;
+    for (size_t at = graph.find(" = all_gather("); at != std::string::npos; at = graph.find(" = all_gather(", at + 1))
+      tok_gathers += graph.compare(graph.find('\n', at) - 12, 12, "float32[768]") == 0 ? 1 : 0;
+    for (size_t at = graph.find(" = reduce_scatter("); at != std::string::npos; at = graph.find(" = reduce_scatter(", at + 1))
+      tok_scatters += graph.compare(graph.find('\n', at) - 12, 12, "float32[384]") == 0 ? 1 : 0;
+    EXPECT_EQ(tok_gathers, 2) << graph;
+    EXPECT_EQ(tok_scatters, 1) << graph;
   });
 }
 
