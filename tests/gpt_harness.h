@@ -47,6 +47,7 @@ inline Batch batch_of(int s) {
 
 struct TrainRun {
   std::vector<double> losses;
+  std::vector<double> grad_norms;  // clip_grad_norm_'s total norm per step (before clipping)
   std::map<std::string, std::vector<float>> params;
   std::map<std::string, std::string> shardings;      // parameter -> get_sharding_spec
   std::vector<spmd::CollectiveNote> collectives;     // the last step's graph
@@ -57,6 +58,10 @@ inline void expect_same(const TrainRun& got, const TrainRun& want, double tol, c
   ASSERT_EQ(got.losses.size(), want.losses.size());
   for (size_t i = 0; i < want.losses.size(); ++i)
     EXPECT_NEAR(got.losses[i], want.losses[i], tol * std::abs(want.losses[i])) << what << ": loss at step " << i;
+  // The gradient norms catch a gradient off by a factor, which AdamW's update would hide.
+  ASSERT_EQ(got.grad_norms.size(), want.grad_norms.size());
+  for (size_t i = 0; i < want.grad_norms.size(); ++i)
+    EXPECT_NEAR(got.grad_norms[i], want.grad_norms[i], tol * std::abs(want.grad_norms[i])) << what << ": gradient norm at step " << i;
   ASSERT_EQ(got.params.size(), want.params.size()) << what;
   for (const auto& [name, w] : want.params) {
     ASSERT_TRUE(got.params.count(name)) << what << ": " << name;

@@ -73,7 +73,7 @@ TrainRun train_fsdp1(bool fsdp, int rank, int steps, std::string* graph = nullpt
   optim::AdamW opt(params, {.lr = 3e-3, .weight_decay = 0.1});
   const int64_t per = kBatch / 2;
   TrainRun r;
-  std::vector<Tensor> losses;
+  std::vector<Tensor> losses, norms;
   const std::string dir = "/tmp/axle-gpt-fsdp-" + std::to_string(::getpid());
   for (int s = 0; s < steps; ++s) {
     if (graph && s == steps - 1) {  // compiled anew (a cold cache) and saved
@@ -90,17 +90,18 @@ TrainRun train_fsdp1(bool fsdp, int rank, int steps, std::string* graph = nullpt
     if (f) {
       Tensor loss = loss_of(*f, rank);
       loss.backward();
-      f->clip_grad_norm_(1.0);
+      norms.push_back(f->clip_grad_norm_(1.0));
       losses.push_back(loss);
     } else {
       Tensor l0 = loss_of(*gpt, 0), l1 = loss_of(*gpt, 1);
       mul(add(l0, l1), 0.5).backward();
-      nn::utils::clip_grad_norm_(params, 1.0);
+      norms.push_back(nn::utils::clip_grad_norm_(params, 1.0));
       losses.push_back(rank == 0 ? l0 : l1);
     }
     opt.step();
   }
   for (const Tensor& l : losses) r.losses.push_back(l.item());
+  for (const Tensor& n : norms) r.grad_norms.push_back(n.item());
   if (graph) {
     unsetenv("AXLE_SAVE_GRAPHS");
     for (const auto& e : std::filesystem::directory_iterator(dir))

@@ -76,7 +76,7 @@ TrainRun train(Layout layout, int steps, std::vector<int64_t> shape = {}, std::v
   }
   optim::AdamW opt(gpt->param_groups(0.1), {.lr = 3e-3, .weight_decay = 0.1});
   TrainRun r;
-  std::vector<Tensor> losses;
+  std::vector<Tensor> losses, norms;
   for (int s = 0; s < steps; ++s) {
     const Batch b = batch_of(s);
     auto st = axle::step();
@@ -89,11 +89,12 @@ TrainRun train(Layout layout, int steps, std::vector<int64_t> shape = {}, std::v
     Tensor logits = (*m)(x);
     Tensor loss = cross_entropy(reshape(logits, {-1, kVocab}), reshape(y, {-1}));
     loss.backward();
-    nn::utils::clip_grad_norm_(gpt->parameters(), 1.0);
+    norms.push_back(nn::utils::clip_grad_norm_(gpt->parameters(), 1.0));
     opt.step();
     losses.push_back(loss);
   }
   for (const Tensor& l : losses) r.losses.push_back(l.item());
+  for (const Tensor& n : norms) r.grad_norms.push_back(n.item());
   for (const auto& [wrapped_name, p] : gpt->named_parameters()) {
     std::string name = wrapped_name;  // the unwrapped model's name (FSDP v2 inserts "_orig_module.")
     for (size_t at; (at = name.find("_orig_module.")) != std::string::npos;) name.erase(at, 13);
