@@ -10,6 +10,8 @@
 #include <set>
 
 #include "axle/error.h"
+#include "axle/ops.h"
+#include "spmd/device_ops.h"
 
 namespace axle::spmd {
 
@@ -193,6 +195,26 @@ std::vector<LocalValue> pointwise_partition(PartitionContext& cx, const std::vec
   // A value split on an axis cannot also be Partial over it (each device would hold a
   // different tile's share): the output must not be split on the partial axes.
   if (keep_partial) keep_partial = disjoint(first_partial->sharding.partial_axes, used_axes(oda));
+  // Scalars: a Partial sum plus (or minus) replicated scalars stays Partial, the replicated
+  // ones counted on the first device of each group only (times 1, elsewhere times 0), so a
+  // sum of per-parameter partial sums (a gradient norm) is all-reduced once, not per term.
+  std::vector<bool> count_once(in.size(), false);
+  if (!keep_partial && npartial > 0 && out.empty() && (n.op == OpKind::Add || n.op == OpKind::Sub)) {
+    bool ok = true;
+    for (size_t i = 0; i < in.size() && ok; ++i) {
+      if (in[i].absent()) continue;
+      if (in[i].sharding.is_partial()) {
+        if (!first_partial) first_partial = &in[i];
+        ok = in[i].sharding.partial_op == Reduce::Sum && cx.single_use(i) &&
+             in[i].sharding.partial_axes == first_partial->sharding.partial_axes && in[i].global.empty();
+      } else {
+        ok = in[i].sharding.is_replicated() && in[i].global.empty() && is_floating(in[i].dtype);
+        count_once[i] = ok;
+      }
+    }
+    if (ok) keep_partial = true;
+    else count_once.assign(in.size(), false);
+  }
   std::vector<Ref> refs;
   for (size_t i = 0; i < in.size(); ++i) {
     if (in[i].absent()) {
@@ -201,6 +223,19 @@ std::vector<LocalValue> pointwise_partition(PartitionContext& cx, const std::vec
     }
     Sharding target = make_sharding(cx.mesh(), output_to_operand(oda, in[i].global, out));
     LocalValue x = in[i];
+    if (count_once[i]) {
+      // [1, 0, ..., 0] over the partial axes' devices: each device's element is its factor.
+      const std::vector<int>& axes = first_partial->sharding.partial_axes;
+      const Sharding split = make_sharding(cx.mesh(), {axes});
+      const int64_t g = split.tiles(0);
+      std::vector<float> one(size_t(g), 0.0f);
+      one[0] = 1.0f;
+      Ref f = cx.constant(from_vector(one, {g}).to(x.dtype));
+      f = cx.emit(OpKind::ShardSlice, {f}, shard_slice_attrs(split, {g}))[0];
+      f = cx.emit(OpKind::Reshape, {f}, ops::attr::Reshape{.shape = {}}.pack())[0];
+      refs.push_back(cx.emit(OpKind::Mul, {x.ref, f}, {})[0]);
+      continue;
+    }
     if (x.sharding.is_partial() && keep_partial && without_partial(x.sharding) == target) {
       refs.push_back(x.ref);
       continue;
