@@ -28,6 +28,7 @@
 #include "spmd/device_count.h"
 #include "spmd/partition.h"
 #include "gpt_harness.h"
+#include "spmd_harness.h"
 #include "test_util.h"
 
 using namespace axle;
@@ -238,6 +239,100 @@ TEST_F(GptParallel, Fsdp2MatchesOneDevice) {
   }
   EXPECT_EQ(c.count("reduce-scatter float32[24, 32]") ? c.at("reduce-scatter float32[24, 32]") : 0, 1) << f.table;
   EXPECT_EQ(c.count("all-reduce float32[24, 32]"), 0u) << f.table;
+}
+
+// ---------------------------------------------------------------- the partitioner's GPT rules
+// Small global programs, partitioned and run on 2 or 4 device threads against one device
+// (spmd_harness.h): the behaviours the GPT runs above rely on, one at a time.
+namespace {
+using spmd_test::Builder;
+using spmd_test::Ref;
+using spmd_test::spec;
+spmd::Partitioned same_values(Builder& b, const std::vector<Tensor>& in, std::vector<std::optional<spmd::Sharding>> pins = {}) {
+  spmd::Partitioned p = b.partition(pins);
+  const std::vector<Tensor> want = spmd_test::run_global(b.p, in), got = spmd_test::run_partitioned(p, b.p, in);
+  EXPECT_EQ(want.size(), got.size());
+  for (size_t j = 0; j < want.size() && j < got.size(); ++j) EXPECT_LE(spmd_test::max_rel_diff(got[j], want[j]), 1e-5) << "output " << j;
+  return p;
+}
+ops::Attrs sum_all() { return ops::attr::Sum{.keepdim = false, .dims = {}}.pack(); }
+}  // namespace
+
+// A row-parallel dot's Partial output read by two linear ops is all-reduced once (it used
+// to stay Partial into both, each all-reduced: a LayerNorm backward did that 3 times).
+TEST_F(GptParallel, PartialReadTwiceIsReducedOnce) {
+  auto m = spmd_test::make_mesh(2, {2}, {"model"});
+  Builder b;
+  Ref x = b.input({4, 8}, spec(m, {xs::None, "model"}));
+  Ref w = b.input({6, 8}, spec(m, {xs::None, "model"}));
+  Ref y = b.op(ops::OpKind::Linear, {x, w});
+  b.out(b.op(ops::OpKind::Neg, {y}));
+  b.out(b.op(ops::OpKind::Sum, {y}, sum_all()));
+  const spmd::Partitioned p = same_values(b, {randn({4, 8}), randn({6, 8})});
+  EXPECT_EQ(spmd_test::kinds(p), (std::map<std::string, int>{{"all-reduce", 1}})) << spmd::explain_table(p, "t");
+}
+
+// An embedding of batch-split ids: the rows follow the ids' split (no gather of the ids),
+// and the gradient (index_add) is Partial over the batch: one all-reduce of the table.
+TEST_F(GptParallel, EmbeddingKeepsBatchSplitIds) {
+  auto m = spmd_test::make_mesh(2, {2}, {"data"});
+  Builder b;
+  Ref table = b.input({10, 4}, spmd_test::repl(m));
+  Ref ids = b.input({6}, spec(m, {"data"}), kInt64);
+  Ref grad = b.input({6, 4}, spec(m, {"data", xs::None}));
+  Ref rows = b.op(ops::OpKind::IndexSelect, {table, ids}, ops::attr::IndexSelect{.dim = 0}.pack());
+  b.out(rows);
+  b.out(b.op(ops::OpKind::IndexAdd, {grad, ids}, ops::attr::IndexAdd{.dim = 0, .input_shape = {10, 4}}.pack()));
+  const spmd::Partitioned p =
+      same_values(b, {randn({10, 4}), from_vector(std::vector<int64_t>{1, 3, 3, 9, 0, 1}, {6}), randn({6, 4})});
+  EXPECT_EQ(p.outputs[0].str(), "{devices=[2,1]0,1}");
+  EXPECT_EQ(spmd_test::kinds(p), (std::map<std::string, int>{{"all-reduce", 1}})) << spmd::explain_table(p, "t");
+  // Uneven: 5 ids on 2 devices, the padded id never indexes (nor adds into) the table.
+  Builder u;
+  Ref t2 = u.input({10, 4}, spmd_test::repl(m));
+  Ref i2 = u.input({5}, spec(m, {"data"}), kInt64);
+  Ref g2 = u.input({5, 4}, spec(m, {"data", xs::None}));
+  u.out(u.op(ops::OpKind::IndexSelect, {t2, i2}, ops::attr::IndexSelect{.dim = 0}.pack()));
+  u.out(u.op(ops::OpKind::IndexAdd, {g2, i2}, ops::attr::IndexAdd{.dim = 0, .input_shape = {10, 4}}.pack()));
+  same_values(u, {randn({10, 4}), from_vector(std::vector<int64_t>{9, 2, 2, 7, 5}, {5}), randn({5, 4})});
+}
+
+// A contracting-split weight times a batch-split activation (the output split on the batch
+// axis): the activation is sliced to match and the output reduced; the weight stays split.
+TEST_F(GptParallel, ContractingSplitWeightIsNotGathered) {
+  auto m = spmd_test::make_mesh(4, {2, 2}, {"data", "model"});
+  Builder b;
+  Ref x = b.input({8, 16}, spec(m, {"data", xs::None}));
+  Ref w = b.input({12, 16}, spec(m, {xs::None, "model"}));
+  b.out(b.op(ops::OpKind::Linear, {x, w}));
+  const spmd::Partitioned p = same_values(b, {randn({8, 16}), randn({12, 16})}, {spec(m, {"data", xs::None})});
+  EXPECT_EQ(spmd_test::kinds(p), (std::map<std::string, int>{{"all-reduce", 1}})) << spmd::explain_table(p, "t");
+}
+
+// A Partial sum resharded to a split on another axis is sliced first: the all-reduce moves
+// the shard (half), not the whole; and Partial scalars plus replicated ones add up Partial.
+TEST_F(GptParallel, PartialSlicedBeforeReduceAndScalarSumsReducedOnce) {
+  auto m = spmd_test::make_mesh(4, {2, 2}, {"data", "model"});
+  Builder b;
+  Ref g = b.input({8, 6}, spec(m, {"data", xs::None}));
+  Ref x = b.input({8, 4}, spec(m, {"data", xs::None}));
+  Ref dw = b.op(ops::OpKind::Matmul, {b.op(ops::OpKind::Permute, {g}, ops::attr::Permute{.dims = {1, 0}}.pack()), x});
+  b.out(dw);  // [6, 4], Partial over data -> pinned {model, None}
+  const spmd::Partitioned p = same_values(b, {randn({8, 6}), randn({8, 4})}, {spec(m, {"model", xs::None})});
+  ASSERT_EQ(p.collectives.size(), 1u) << spmd::explain_table(p, "t");
+  EXPECT_EQ(p.collectives[0].kind, "all-reduce");
+  EXPECT_EQ(p.collectives[0].bytes_per_device, 3 * 4 * 4 * 2 / 2);  // a [3, 4] shard
+
+  Builder s;
+  Ref a = s.input({8}, spec(m, {"data"})), c = s.input({6}, spec(m, {"model"})), r = s.input({5}, spmd_test::repl(m));
+  Ref total = s.op(ops::OpKind::Add, {s.op(ops::OpKind::Sum, {a}, sum_all()), s.op(ops::OpKind::Sum, {r}, sum_all())});
+  total = s.op(ops::OpKind::Sub, {total, s.op(ops::OpKind::Sum, {r}, sum_all())});
+  total = s.op(ops::OpKind::Add, {total, s.op(ops::OpKind::Sum, {c}, sum_all())});
+  s.out(total);
+  const spmd::Partitioned q = same_values(s, {randn({8}), randn({6}), randn({5})});
+  // data-partial + replicated stays data-partial; adding a model-partial term reduces it:
+  // 2 scalar all-reduces (one per axis set), not 3.
+  EXPECT_EQ(spmd_test::kinds(q), (std::map<std::string, int>{{"all-reduce", 2}})) << spmd::explain_table(q, "t");
 }
 
 int main(int argc, char** argv) { return axle::test::launch_test_main(argc, argv); }
