@@ -11,6 +11,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <map>
 #include <string>
 #include <vector>
@@ -48,7 +49,8 @@ enum class Layout { One, TensorParallel, Fsdp2 };
 // `steps` steps of AdamW (two parameter groups) + clip_grad_norm_(1.0) on the xla device:
 // Layout::One without SPMD; TensorParallel on the mesh `shape`/`names` (axes "data" and/or
 // "model"), the batch sharded on "data" when there is one; Fsdp2 on the mesh fsdp=devices.
-TrainRun train(Layout layout, int steps, std::vector<int64_t> shape = {}, std::vector<std::string> names = {}) {
+TrainRun train(Layout layout, int steps, std::vector<int64_t> shape = {}, std::vector<std::string> names = {},
+               std::string* local_program = nullptr) {
   OneThread threads;
   std::optional<xs::Mesh> mesh;
   int64_t devices = 1;
@@ -78,6 +80,8 @@ TrainRun train(Layout layout, int steps, std::vector<int64_t> shape = {}, std::v
   optim::AdamW opt(gpt->param_groups(0.1), {.lr = 3e-3, .weight_decay = 0.1});
   TrainRun r;
   std::vector<Tensor> losses, norms;
+  const std::string dir = "/tmp/axle-gpt-tp-" + std::to_string(::getpid());
+  if (local_program) setenv("AXLE_SAVE_GRAPHS", dir.c_str(), 1);  // the step's graphs as compiled
   for (int s = 0; s < steps; ++s) {
     const Batch b = batch_of(s);
     auto st = axle::step();
@@ -96,6 +100,12 @@ TrainRun train(Layout layout, int steps, std::vector<int64_t> shape = {}, std::v
   }
   for (const Tensor& l : losses) r.losses.push_back(l.item());
   for (const Tensor& n : norms) r.grad_norms.push_back(n.item());
+  if (local_program) {
+    unsetenv("AXLE_SAVE_GRAPHS");
+    for (const auto& e : std::filesystem::directory_iterator(dir))
+      if (e.path().filename().string().ends_with(".local.00.input.txt")) *local_program += axle::test::slurp(e.path().string());
+    std::filesystem::remove_all(dir);
+  }
   for (const auto& [wrapped_name, p] : gpt->named_parameters()) {
     std::string name = wrapped_name;  // the unwrapped model's name (FSDP v2 inserts "_orig_module.")
     for (size_t at; (at = name.find("_orig_module.")) != std::string::npos;) name.erase(at, 13);
@@ -156,7 +166,8 @@ const TrainRun& reference(int steps) {
 TEST_F(GptParallel, TensorParallelOnModelAxisMatchesOneDevice) {
   const TrainRun& ref = reference(10);
   EXPECT_LT(ref.losses.back(), ref.losses.front() - 0.1);  // it learns
-  const TrainRun tp = train(Layout::TensorParallel, 10, {2}, {"model"});
+  std::string local;
+  const TrainRun tp = train(Layout::TensorParallel, 10, {2}, {"model"}, &local);
   expect_same(tp, ref, 1e-5, "model=2");
   // Megatron's split, as gpt.h documents: column-parallel qkv and fc (weight and bias on
   // dim 0), row-parallel proj and out (weight on dim 1), the rest replicated.
@@ -186,6 +197,13 @@ TEST_F(GptParallel, TensorParallelOnModelAxisMatchesOneDevice) {
                                            {"all-gather float32[8, 16, 32]", 6}}))
       << tp.table;
   EXPECT_EQ(count_kind(tp.collectives, "all-reduce", "bias or relu after a contracting-sharded dot"), 4) << tp.table;
+  // Attention runs per head: each device's q, k, v and attention output hold 2 of the 4
+  // heads ([B, 2, T, D]); no op of the local program makes a tensor of all 4 heads.
+  EXPECT_NE(local.find(": float32[8, 2, 16, 8]\n"), std::string::npos) << local;
+  for (size_t at = local.find("float32[8, 4, 16"); at != std::string::npos; at = local.find("float32[8, 4, 16", at + 1)) {
+    const std::string line = local.substr(local.rfind('\n', at) + 1, local.find('\n', at) - local.rfind('\n', at) - 1);
+    EXPECT_NE(line.find(" = input "), std::string::npos) << line;  // only the (placeholder attention's) mask input
+  }
 }
 
 TEST_F(GptParallel, DataTimesModelMeshMatchesOneDevice) {
