@@ -555,7 +555,7 @@ TEST(SpmdValues, DataAndTensorParallelMlpOnA2dMesh) {
   Ref x = b.input({6, 8}, spec(m, {"data", xs::None}));
   Ref w1 = b.input({10, 8}, spec(m, {"model", xs::None}));
   Ref w2 = b.input({8, 10}, spec(m, {xs::None, "model"}));
-  Ref h = b.op(OpKind::Gelu, {b.op(OpKind::Linear, {x, w1})});
+  Ref h = b.op(OpKind::Gelu, {b.op(OpKind::Linear, {x, w1})}, ops::attr::Gelu{}.pack());
   b.out(b.op(OpKind::Linear, {h, w2}));
   Partitioned p = expect_same_values(b, {randn({6, 8}), randn({10, 8}), randn({8, 10})});
   EXPECT_EQ(kinds(p)["all-reduce"], 1);

@@ -127,6 +127,11 @@ std::vector<optim::ParamGroup> GPT::param_groups(double weight_decay) const {
 void GPT::shard_tensor_parallel(const xs::Mesh& mesh, const std::string& axis) {
   AXLE_CHECK(mesh.get_axis_name_idx(axis).has_value(), "[GPT.shard_tensor_parallel] expected a mesh with axis '",
              axis, "', got ", mesh.str());
+  // Per block, the partitioner then all-reduces the [B, T, C] activation after proj and
+  // after out in forward, and at the inputs of qkv and fc in backward; no weight is ever
+  // gathered. qkv packs q, k, v one after the other ([3C, C]): its contiguous split does not
+  // give a device whole heads of all three (no tiled sharding can), so its [B, T, 3C]
+  // output is gathered once per block in forward, and dq, dk, dv in backward (docs/spmd.md).
   for (const auto& m : blocks->modules()) {
     auto& b = static_cast<GPTBlock&>(*m);
     for (const auto& col : {b.qkv, b.fc}) {  // column-parallel: output features split

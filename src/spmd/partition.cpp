@@ -31,6 +31,10 @@ namespace {
 
 int64_t numel_of(const Shape& s) { return std::accumulate(s.begin(), s.end(), int64_t(1), std::multiplies<>()); }
 
+bool disjoint_axes(const std::vector<int>& a, const std::vector<int>& b) {
+  return std::none_of(a.begin(), a.end(), [&](int x) { return std::find(b.begin(), b.end(), x) != b.end(); });
+}
+
 int64_t reduce_code(Reduce r) { return r == Reduce::Sum ? 0 : r == Reduce::Min ? 2 : 3; }  // dist::ReduceOp
 
 class Ctx final : public PartitionContext {
@@ -84,6 +88,18 @@ class Ctx final : public PartitionContext {
 
   void warn(const std::string& m) override { p_.warnings.push_back(m); }
 
+  int uses(Ref r) const override {
+    auto it = uses_.find(key(r));
+    return it == uses_.end() ? 0 : it->second;
+  }
+  void count_uses() {
+    for (const PNode& n : g_.nodes)
+      if (!n.dead && n.kind == NodeKind::Op)
+        for (const Ref& r : n.operands)
+          if (r.node >= 0) ++uses_[key(r)];
+    for (const Ref& r : g_.outputs) ++uses_[key(r)];
+  }
+
   std::string value_text(Ref r) const override {
     if (r.node < 0) return "?";
     const PNode& n = g_.nodes[size_t(r.node)];
@@ -136,6 +152,22 @@ class Ctx final : public PartitionContext {
         bool rest = true;
         for (size_t k = 0; k < rank; ++k) rest &= k == d || sd[k] == td[k];
         if (rest) return reduce_scatter(v, int(d), to, why);
+      }
+      // partial -> split on other axes: each device's share of the sum is sliced like the
+      // sum, so slice first (no collective) and all-reduce the smaller shard.
+      {
+        std::vector<int> dims;
+        bool ok = true;
+        for (size_t d = 0; d < rank && ok; ++d) {
+          if (sd[d] == td[d]) continue;
+          ok = sd[d].empty() && disjoint_axes(td[d], v.sharding.partial_axes);
+          dims.push_back(int(d));
+        }
+        if (ok && !dims.empty()) {
+          LocalValue r = shard_slice(v, dims, to);
+          r.sharding = with_partial(to, v.sharding.partial_axes, v.sharding.partial_op);
+          return all_reduce(r, why);
+        }
       }
       LocalValue r = all_reduce(v, why);
       return reshard(r, to, rule);
@@ -357,6 +389,7 @@ class Ctx final : public PartitionContext {
   const PartitionOptions& o_;
   int cur_ = -1;
   std::map<int64_t, Ref> origin_;
+  std::map<int64_t, int> uses_;  // by key(global ref)
   std::map<int64_t, std::vector<std::tuple<Sharding, Sharding, LocalValue>>> reshards_;  // by key(ref)
 };
 
@@ -377,6 +410,7 @@ Partitioned partition(const Program& g, const std::vector<Sharding>& inputs, con
     return p;
   }
   Ctx cx(g, p, mesh, o);
+  cx.count_uses();
   const RuleTable& table = rule_table();
   std::vector<std::vector<LocalValue>> vals(g.nodes.size());
   std::set<std::string> opaque_seen;

@@ -10,6 +10,8 @@
 #include <set>
 
 #include "axle/error.h"
+#include "axle/ops.h"
+#include "spmd/device_ops.h"
 
 namespace axle::spmd {
 
@@ -185,7 +187,7 @@ std::vector<LocalValue> pointwise_partition(PartitionContext& cx, const std::vec
     if (in[i].absent()) continue;
     const bool p = in[i].sharding.is_partial();
     if (p && !first_partial) first_partial = &in[i];
-    if (p && (!linear_in(n.op, i) || in[i].sharding.partial_op != Reduce::Sum)) keep_partial = false;
+    if (p && (!linear_in(n.op, i) || in[i].sharding.partial_op != Reduce::Sum || !cx.single_use(i))) keep_partial = false;
     if (p && first_partial && (in[i].sharding.partial_axes != first_partial->sharding.partial_axes)) keep_partial = false;
   }
   if (keep_partial && (n.op == OpKind::Add || n.op == OpKind::Sub)) keep_partial = npartial == in.size();
@@ -193,6 +195,26 @@ std::vector<LocalValue> pointwise_partition(PartitionContext& cx, const std::vec
   // A value split on an axis cannot also be Partial over it (each device would hold a
   // different tile's share): the output must not be split on the partial axes.
   if (keep_partial) keep_partial = disjoint(first_partial->sharding.partial_axes, used_axes(oda));
+  // Scalars: a Partial sum plus (or minus) replicated scalars stays Partial, the replicated
+  // ones counted on the first device of each group only (times 1, elsewhere times 0), so a
+  // sum of per-parameter partial sums (a gradient norm) is all-reduced once, not per term.
+  std::vector<bool> count_once(in.size(), false);
+  if (!keep_partial && npartial > 0 && out.empty() && (n.op == OpKind::Add || n.op == OpKind::Sub)) {
+    bool ok = true;
+    for (size_t i = 0; i < in.size() && ok; ++i) {
+      if (in[i].absent()) continue;
+      if (in[i].sharding.is_partial()) {
+        if (!first_partial) first_partial = &in[i];
+        ok = in[i].sharding.partial_op == Reduce::Sum && cx.single_use(i) &&
+             in[i].sharding.partial_axes == first_partial->sharding.partial_axes && in[i].global.empty();
+      } else {
+        ok = in[i].sharding.is_replicated() && in[i].global.empty() && is_floating(in[i].dtype);
+        count_once[i] = ok;
+      }
+    }
+    if (ok) keep_partial = true;
+    else count_once.assign(in.size(), false);
+  }
   std::vector<Ref> refs;
   for (size_t i = 0; i < in.size(); ++i) {
     if (in[i].absent()) {
@@ -201,6 +223,19 @@ std::vector<LocalValue> pointwise_partition(PartitionContext& cx, const std::vec
     }
     Sharding target = make_sharding(cx.mesh(), output_to_operand(oda, in[i].global, out));
     LocalValue x = in[i];
+    if (count_once[i]) {
+      // [1, 0, ..., 0] over the partial axes' devices: each device's element is its factor.
+      const std::vector<int>& axes = first_partial->sharding.partial_axes;
+      const Sharding split = make_sharding(cx.mesh(), {axes});
+      const int64_t g = split.tiles(0);
+      std::vector<float> one(size_t(g), 0.0f);
+      one[0] = 1.0f;
+      Ref f = cx.constant(from_vector(one, {g}).to(x.dtype));
+      f = cx.emit(OpKind::ShardSlice, {f}, shard_slice_attrs(split, {g}))[0];
+      f = cx.emit(OpKind::Reshape, {f}, ops::attr::Reshape{.shape = {}}.pack())[0];
+      refs.push_back(cx.emit(OpKind::Mul, {x.ref, f}, {})[0]);
+      continue;
+    }
     if (x.sharding.is_partial() && keep_partial && without_partial(x.sharding) == target) {
       refs.push_back(x.ref);
       continue;
@@ -237,7 +272,7 @@ std::vector<LocalValue> broadcast_partition(PartitionContext& cx, const std::vec
   const Sharding target = make_sharding(cx.mesh(), output_to_operand(dim_axes_of(chosen[0], out.size()), in[0].global, out));
   LocalValue x = in[0];
   Sharding os = chosen[0];
-  if (x.sharding.is_partial() && without_partial(x.sharding) == target &&
+  if (x.sharding.is_partial() && without_partial(x.sharding) == target && cx.single_use(0) &&
       disjoint(x.sharding.partial_axes, used_axes(dim_axes_of(os, out.size())))) {
     os = with_partial(os, x.sharding.partial_axes, x.sharding.partial_op);  // expand is linear and keeps max/min
   } else {
@@ -278,7 +313,7 @@ std::vector<LocalValue> transpose_partition(PartitionContext& cx, const std::vec
   const Sharding target = make_sharding(cx.mesh(), ida);
   LocalValue x = in[0];
   Sharding os = chosen[0];
-  if (x.sharding.is_partial() && without_partial(x.sharding) == target)
+  if (x.sharding.is_partial() && without_partial(x.sharding) == target && cx.single_use(0))
     os = with_partial(os, x.sharding.partial_axes, x.sharding.partial_op);
   else
     x = cx.reshard(cx.resolve(x, "transpose"), target, "transpose: operand follows its output");
@@ -381,7 +416,7 @@ std::vector<LocalValue> reshape_partition(PartitionContext& cx, const std::vecto
                            (os.is_replicated() && !without_partial(x.sharding).is_replicated()
                                 ? ": the input's sharding does not carry over (ReshapeSharding); input replicated"
                                 : "");
-  if (x.sharding.is_partial() && without_partial(x.sharding) == target)
+  if (x.sharding.is_partial() && without_partial(x.sharding) == target && cx.single_use(0))
     os = with_partial(os, x.sharding.partial_axes, x.sharding.partial_op);
   else
     x = cx.reshard(cx.resolve(x, rule), target, rule);
@@ -437,7 +472,7 @@ std::vector<LocalValue> reduce_partition(PartitionContext& cx, const std::vector
   const char* name = ops::op_name(n.op);
   LocalValue x = in[0];
   // A sum of a Partial sum stays Partial; any other Partial operand is reduced first.
-  if (x.sharding.is_partial() && !(op == Reduce::Sum && x.sharding.partial_op == Reduce::Sum))
+  if (x.sharding.is_partial() && !(op == Reduce::Sum && x.sharding.partial_op == Reduce::Sum && cx.single_use(0)))
     x = cx.resolve(x, std::string("reduce: ") + name + " of a partial value");
   const size_t rank = x.global.size();
   const ReduceAttrs ra = reduce_attrs(n, rank);
@@ -604,18 +639,26 @@ std::vector<LocalValue> dot_partition(PartitionContext& cx, const std::vector<Lo
   if (auto ld = local_dot(dd, la, ra)) {
     why = lcon ? "contracting dim sharded on both operands" : "operands split alike (batch) or one replicated";
   } else {
-    // §2.5 case 6: output replicated, one operand contracting-sharded and bigger than the
-    // output: split the other operand the same way (a local slice) and all-reduce.
-    const bool out_repl = chosen[0].is_replicated();
-    const int64_t on = numel_of(out);
-    if (out_repl && lcon && numel_of(a.global) > on && local_ok(la, rhs_for(la, want)) &&
-        rhs_for(la, want)[size_t(dd.rhs_contract)] == la[size_t(dd.lhs_contract)] && b.sharding.is_replicated()) {
-      tr = rhs_for(la, want);
-      why = "output replicated, lhs contracting-sharded and larger: rhs sliced to match";
-    } else if (out_repl && rcon && numel_of(b.global) > on && local_ok(lhs_for(ra, want), ra) &&
-               a.sharding.is_replicated()) {
-      tl = lhs_for(ra, want);
-      why = "output replicated, rhs contracting-sharded and larger: lhs sliced to match";
+    // §2.5 case 6: one operand contracting-sharded and bigger than the output's shard, the
+    // output not split on those axes, and the other operand reaching the matching sharding
+    // by local slices only: slice it (no collective) and reduce the output (all-reduce or
+    // reduce-scatter), rather than gather the big operand (a tensor-parallel weight).
+    const int64_t on = numel_of(chosen[0].shard_shape(out));
+    const std::set<int> out_axes = used_axes(want);
+    auto slices_only = [](const DimAxes& from, const DimAxes& to) {  // each dim kept, or unsplit -> split
+      for (size_t d = 0; d < from.size(); ++d)
+        if (from[d] != to[d] && !from[d].empty()) return false;
+      return true;
+    };
+    const DimAxes rl = rhs_for(la, want), lr = lhs_for(ra, want);
+    if (lcon && disjoint(la[size_t(dd.lhs_contract)], out_axes) && numel_of(a.global) > on && local_ok(la, rl) &&
+        rl[size_t(dd.rhs_contract)] == la[size_t(dd.lhs_contract)] && slices_only(ra, rl)) {
+      tr = rl;
+      why = "lhs contracting-sharded and larger than the output's shard: rhs sliced to match";
+    } else if (rcon && disjoint(ra[size_t(dd.rhs_contract)], out_axes) && numel_of(b.global) > on &&
+               local_ok(lr, ra) && slices_only(la, lr)) {
+      tl = lr;
+      why = "rhs contracting-sharded and larger than the output's shard: lhs sliced to match";
     } else {
       // Case 5: an operand whose free dims match the output keeps its sharding; the other
       // is resharded (gathered) to match it.

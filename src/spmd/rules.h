@@ -114,6 +114,14 @@ class PartitionContext {
   /// padding (not split, or split evenly). Partial operands keep their sharding.
   virtual LocalValue mask_padding(const LocalValue& v, int dim, double fill) = 0;
 
+  /// How many times global value `r` is read (operands of live nodes and program outputs).
+  /// A Partial value read more than once is reduced at its first reader (once: reshard
+  /// caches), not kept Partial through linear ops into several values reduced one by one.
+  virtual int uses(compiler::Ref r) const = 0;
+  /// Whether operand `i` of the node being partitioned may stay Partial through a linear op:
+  /// its value has this one reader.
+  bool single_use(size_t i) const { return uses(node().operands[i]) <= 1; }
+
   /// Adds a line to Partitioned::warnings.
   virtual void warn(const std::string& message) = 0;
   /// The text naming global value `r` in notes and warnings ("%12 = linear(...) : float32[4,8]",

@@ -79,12 +79,21 @@ std::vector<std::vector<int>> dim_map(const compiler::PNode& n, const std::vecto
     case OpKind::SliceBackward:
       m[0] = identity_except(in[0].size(), wrap(attr::SliceBackward::of(a).dim, in[0].size()));
       break;
-    case OpKind::IndexSelect:  // (x, index): the index stays replicated
-      m[0] = identity_except(in[0].size(), wrap(attr::IndexSelect::of(a).dim, in[0].size()));
+    case OpKind::IndexSelect: {  // (x, index): a 1-D index's dim 0 is the output's `dim` (an embedding's batch)
+      const int64_t d = wrap(attr::IndexSelect::of(a).dim, in[0].size());
+      m[0] = identity_except(in[0].size(), d);
+      if (in[1].size() == 1 && !out.empty()) m[1] = {int(d)};
       break;
-    case OpKind::IndexAdd:  // (grad, index)
-      m[0] = identity_except(in[0].size(), wrap(attr::IndexAdd::of(a).dim, in[0].size()));
+    }
+    case OpKind::IndexAdd: {  // (grad, index): grad's `dim` and the index are contracted (summed into rows)
+      const int64_t d = wrap(attr::IndexAdd::of(a).dim, in[0].size());
+      m[0] = identity_except(in[0].size(), d);
+      if (in[1].size() == 1 && !in[0].empty()) {
+        m[0][size_t(d)] = kSum;
+        m[1] = {kSum};
+      }
       break;
+    }
     case OpKind::Gather: case OpKind::ScatterAdd: {
       // gather (x, index) -> index's shape; scatter_add (grad, index) -> input_shape. A dim
       // passes where the operand and the output have one size (same tiles), else replicated.
@@ -155,7 +164,12 @@ std::vector<MaybeSharding> forward(const PropagationView& v) {
   const auto m = dim_map(v.node, in, out);
   Axes ax(out.size());
   bool known = false, all_known = true;
-  for (size_t i = 0; i < in.size(); ++i) {
+  // Operands claim output dims in order; index_select's index first (an embedding's
+  // output follows the batch of its ids, not the split of its table).
+  std::vector<size_t> order(in.size());
+  for (size_t i = 0; i < in.size(); ++i) order[i] = i;
+  if (v.node.op == OpKind::IndexSelect) std::reverse(order.begin(), order.end());
+  for (size_t i : order) {
     if (v.node.operands[i].node < 0) continue;
     if (!v.operands[i]) {
       all_known = false;
@@ -326,7 +340,7 @@ std::vector<LocalValue> partition_mapped(PartitionContext& cx, const std::vector
                                          const std::vector<Sharding>& chosen) {
   const compiler::PNode& n = cx.node();
   Plan p = plan(cx, operands, chosen);
-  const bool index_op = n.op == OpKind::Gather || n.op == OpKind::ScatterAdd;
+  const bool index_op = n.op == OpKind::Gather || n.op == OpKind::ScatterAdd || n.op == OpKind::IndexSelect;
   for (size_t i = 0; i < p.in.size(); ++i) {
     if (p.in[i].absent()) continue;
     for (size_t k = 0; k < p.map[i].size(); ++k)
