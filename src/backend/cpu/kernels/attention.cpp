@@ -1,0 +1,334 @@
+// Fused scaled dot-product attention on cpu (ops.def: ScaledDotProductAttention and its
+// backward). Tiled with an online softmax: per query row a running max m and sum l; each key
+// tile's scores rescale the accumulator by exp(m_old - m_new). Scratch is one query tile x key
+// tile per thread, never L x S. The forward runs batch x query tiles in parallel; causal runs
+// skip the key tiles above the diagonal. The backward (FlashAttention-2's) recomputes each
+// tile's probabilities from q, k and the saved log-sum-exp: P = exp(s - lse), D = rowsum(dO * O),
+// dS = P * (dP - D); it runs the batch in parallel (each batch entry owns its dq, dk, dv rows).
+// Dropout: weight (b, i, j) of element index e = (b * L + i) * S + j is kept when the uniform
+// from word e % 4 of Philox block offset + e / 4 (the generator's seed) is >= p, the rule of
+// axle::dropout's rand(); the backward regenerates the same mask.
+// Plain loops the compiler vectorises (inner loops over a key tile or a head dim).
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "axle/generator.h"
+#include "backend/cpu/kernels/kernels.h"
+#include "backend/cpu/loops.h"
+#include "core/parallel.h"
+#include "ops/kernels.h"
+#include "ops/op.h"
+
+namespace axle::cpu {
+using namespace axle::ops;
+namespace {
+
+constexpr int64_t kBq = 32;  ///< query rows per tile
+constexpr int64_t kBk = 64;  ///< keys per tile
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+/// exp that vectorises (Cephes polynomial, about 1 ulp); 0 below -87.5 (and for -inf).
+inline float fexp(float x) {
+  float xc = x < -87.5f ? -87.5f : x;
+  xc = xc > 88.5f ? 88.5f : xc;
+  const float n = (xc * 1.44269504088896341f + 12582912.f) - 12582912.f;
+  float r = xc - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  float y = p * r * r + r + 1.0f;
+  y *= __builtin_bit_cast(float, (int32_t(n) + 127) << 23);
+  return x < -87.5f ? 0.f : y;
+}
+
+struct Geom {
+  int64_t N, L, S, E, Ev;
+};
+
+Geom geom_of(const Tensor& q, const Tensor& v) {
+  const Shape& s = q.shape();
+  Geom g{1, s[s.size() - 2], v.shape()[s.size() - 2], s.back(), v.shape().back()};
+  for (size_t d = 0; d + 2 < s.size(); ++d) g.N *= s[d];
+  return g;
+}
+
+/// The dropout rule: multipliers (0 or 1 / (1 - p)) for keys j0..j0+n-1 of row (b, i).
+struct Dropout {
+  bool on = false;
+  float p = 0, inv_keep = 1;
+  Generator gen{0};
+  uint64_t offset = 0;
+  int64_t L = 0, S = 0;
+
+  void row(int64_t b, int64_t i, int64_t j0, int64_t n, float* mult) const {
+    const uint64_t e0 = uint64_t((b * L + i) * S + j0);
+    uint32_t r[4];
+    uint64_t blk = ~uint64_t(0);
+    for (int64_t t = 0; t < n; ++t) {
+      const uint64_t e = e0 + uint64_t(t);
+      if (e / 4 != blk) {
+        blk = e / 4;
+        gen.block(offset + blk, r);
+      }
+      const float u = float(r[e % 4] >> 8) * (1.0f / 16777216.0f);
+      mult[t] = u >= p ? inv_keep : 0.0f;
+    }
+  }
+};
+
+Dropout dropout_of(const Tensors& in, size_t rng_at, double p, const Geom& g) {
+  Dropout d;
+  if (p <= 0.0 || in.size() <= rng_at) return d;
+  Tensor r = contiguous_as(in[rng_at], kInt64);
+  d.on = true;
+  d.p = float(p);
+  d.inv_keep = float(1.0 / (1.0 - p));
+  d.gen = Generator(uint64_t(r.data<int64_t>()[0]));
+  d.offset = uint64_t(r.data<int64_t>()[1]);
+  d.L = g.L;
+  d.S = g.S;
+  return d;
+}
+
+/// s[ii * kBk + jj] = sum_e a[ii * E + e] * bt[e * kBk + jj] for ii < m, jj < n: a tile product
+/// with the key tile transposed (bt: E x kBk), the inner loop over keys.
+inline void tile_scores(const float* a, const float* bt, float* s, int64_t m, int64_t n, int64_t E) {
+  for (int64_t ii = 0; ii < m; ++ii) {
+    float* sr = s + ii * kBk;
+    const float* ar = a + ii * E;
+    for (int64_t jj = 0; jj < n; ++jj) sr[jj] = 0.0f;
+    for (int64_t e = 0; e < E; ++e) {
+      const float x = ar[e];
+      const float* br = bt + e * kBk;
+      for (int64_t jj = 0; jj < n; ++jj) sr[jj] += x * br[jj];
+    }
+  }
+}
+
+/// bt[e * kBk + jj] = b[(j0 + jj) * E + e]: a key (or value) tile transposed.
+inline void transpose_tile(const float* b, float* bt, int64_t j0, int64_t n, int64_t E) {
+  for (int64_t jj = 0; jj < n; ++jj) {
+    const float* br = b + (j0 + jj) * E;
+    for (int64_t e = 0; e < E; ++e) bt[e * kBk + jj] = br[e];
+  }
+}
+
+/// Causal: -inf where key j0 + jj > query i0 + ii.
+inline void mask_causal(float* s, int64_t i0, int64_t m, int64_t j0, int64_t n) {
+  for (int64_t ii = 0; ii < m; ++ii) {
+    const int64_t first_masked = std::max<int64_t>(0, i0 + ii + 1 - j0);
+    for (int64_t jj = first_masked; jj < n; ++jj) s[ii * kBk + jj] = kNegInf;
+  }
+}
+
+// ------------------------------------------------------------------ forward
+Tensors sdpa_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>& meta) {
+  const attr::ScaledDotProductAttention at = attr::ScaledDotProductAttention::of(a);
+  Tensor q = contiguous_as(in[0], kFloat32), k = contiguous_as(in[1], kFloat32), v = contiguous_as(in[2], kFloat32);
+  const Geom g = geom_of(q, v);
+  const Dropout drop = dropout_of(in, 3, at.dropout_p, g);
+  Tensor out = make_tensor(meta[0].shape, kFloat32), lse = make_tensor(meta[1].shape, kFloat32);
+  const float *qp = q.data<float>(), *kp = k.data<float>(), *vp = v.data<float>();
+  float *op = out.data<float>(), *lp = lse.data<float>();
+  const float scale = float(at.scale);
+  const bool causal = at.is_causal;
+  const int64_t qtiles = (g.L + kBq - 1) / kBq, tasks = g.N * qtiles;
+  const int64_t E = g.E, Ev = g.Ev;
+  auto body = [&](std::vector<float>& buf, int64_t task) {
+    const int64_t b = task / qtiles, i0 = (task % qtiles) * kBq, m = std::min(kBq, g.L - i0);
+    float* qs = buf.data();           // kBq x E: the scaled query tile
+    float* kt = qs + kBq * E;         // E x kBk: the key tile transposed
+    float* s = kt + E * kBk;          // kBq x kBk: scores, then probabilities
+    float* acc = s + kBq * kBk;       // kBq x Ev
+    float* mx = acc + kBq * Ev;       // kBq running maxima
+    float* sum = mx + kBq;            // kBq running sums
+    float* mult = sum + kBq;          // kBk dropout multipliers
+    const float* qb = qp + (b * g.L + i0) * E;
+    for (int64_t t = 0; t < m * E; ++t) qs[t] = qb[t] * scale;
+    std::fill(acc, acc + m * Ev, 0.0f);
+    std::fill(mx, mx + m, kNegInf);
+    std::fill(sum, sum + m, 0.0f);
+    const float* kb = kp + b * g.S * E;
+    const float* vb = vp + b * g.S * Ev;
+    const int64_t jend = causal ? std::min(g.S, i0 + m) : g.S;
+    for (int64_t j0 = 0; j0 < jend; j0 += kBk) {
+      const int64_t n = std::min(kBk, jend - j0);
+      transpose_tile(kb, kt, j0, n, E);
+      tile_scores(qs, kt, s, m, n, E);
+      if (causal && j0 + n - 1 > i0) mask_causal(s, i0, m, j0, n);
+      for (int64_t ii = 0; ii < m; ++ii) {
+        float* sr = s + ii * kBk;
+        float rmax = kNegInf;
+        for (int64_t jj = 0; jj < n; ++jj) rmax = std::max(rmax, sr[jj]);
+        const float mnew = std::max(mx[ii], rmax);
+        if (mnew == kNegInf) continue;  // every key so far masked
+        const float alpha = fexp(mx[ii] - mnew);
+        float rs = 0.0f;
+        for (int64_t jj = 0; jj < n; ++jj) {
+          const float p = fexp(sr[jj] - mnew);
+          sr[jj] = p;
+          rs += p;
+        }
+        mx[ii] = mnew;
+        sum[ii] = sum[ii] * alpha + rs;
+        float* ar = acc + ii * Ev;
+        if (alpha != 1.0f)
+          for (int64_t e = 0; e < Ev; ++e) ar[e] *= alpha;
+        if (drop.on) {
+          drop.row(b, i0 + ii, j0, n, mult);
+          for (int64_t jj = 0; jj < n; ++jj) sr[jj] *= mult[jj];
+        }
+        for (int64_t jj = 0; jj < n; ++jj) {
+          const float p = sr[jj];
+          if (p == 0.0f) continue;
+          const float* vr = vb + (j0 + jj) * Ev;
+          for (int64_t e = 0; e < Ev; ++e) ar[e] += p * vr[e];
+        }
+      }
+    }
+    float* ob = op + (b * g.L + i0) * Ev;
+    float* lb = lp + b * g.L + i0;
+    for (int64_t ii = 0; ii < m; ++ii) {
+      const float inv = sum[ii] > 0.0f ? 1.0f / sum[ii] : 0.0f;
+      for (int64_t e = 0; e < Ev; ++e) ob[ii * Ev + e] = acc[ii * Ev + e] * inv;
+      lb[ii] = sum[ii] > 0.0f ? mx[ii] + std::log(sum[ii]) : kNegInf;
+    }
+  };
+  const size_t scratch = size_t(kBq * E + E * kBk + kBq * kBk + kBq * Ev + 2 * kBq + kBk);
+  const int64_t work = g.N * g.L * g.S * (E + Ev);
+  if (tasks > 1 && use_team(work)) {
+#pragma omp parallel
+    {
+      std::vector<float> buf(scratch);
+#pragma omp for schedule(dynamic, 1)
+      for (int64_t t = 0; t < tasks; ++t) body(buf, t);
+    }
+  } else {
+    std::vector<float> buf(scratch);
+    for (int64_t t = 0; t < tasks; ++t) body(buf, t);
+  }
+  return {out, lse};
+}
+
+// ------------------------------------------------------------------ backward
+Tensors sdpa_bwd_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>& meta) {
+  const attr::ScaledDotProductAttentionBackward at = attr::ScaledDotProductAttentionBackward::of(a);
+  Tensor go = contiguous_as(in[0], kFloat32), q = contiguous_as(in[1], kFloat32), k = contiguous_as(in[2], kFloat32),
+         v = contiguous_as(in[3], kFloat32), o = contiguous_as(in[4], kFloat32), lse = contiguous_as(in[5], kFloat32);
+  const Geom g = geom_of(q, v);
+  const Dropout drop = dropout_of(in, 6, at.dropout_p, g);
+  Tensor dq = make_tensor(meta[0].shape, kFloat32), dk = make_tensor(meta[1].shape, kFloat32),
+         dv = make_tensor(meta[2].shape, kFloat32);
+  const float *gp = go.data<float>(), *qp = q.data<float>(), *kp = k.data<float>(), *vp = v.data<float>(),
+              *opp = o.data<float>(), *lp = lse.data<float>();
+  float *dqp = dq.data<float>(), *dkp = dk.data<float>(), *dvp = dv.data<float>();
+  const float scale = float(at.scale);
+  const bool causal = at.is_causal;
+  const int64_t E = g.E, Ev = g.Ev, L = g.L, S = g.S;
+  auto body = [&](std::vector<float>& buf, int64_t b) {
+    float* kt = buf.data();        // E x kBk: key tile transposed
+    float* vt = kt + E * kBk;      // Ev x kBk: value tile transposed
+    float* s = vt + Ev * kBk;      // kBq x kBk: probabilities P
+    float* dp = s + kBq * kBk;     // kBq x kBk: dP, then dS
+    float* mult = dp + kBq * kBk;  // kBq x kBk: dropout multipliers
+    float* qs = mult + kBq * kBk;  // kBq x E: scaled query tile
+    float* D = qs + kBq * E;       // L: rowsum(dO * O)
+    const float *qb = qp + b * L * E, *kb = kp + b * S * E, *vb = vp + b * S * Ev;
+    const float *gb = gp + b * L * Ev, *ob = opp + b * L * Ev, *lb = lp + b * L;
+    float *dqb = dqp + b * L * E, *dkb = dkp + b * S * E, *dvb = dvp + b * S * Ev;
+    std::fill(dqb, dqb + L * E, 0.0f);
+    std::fill(dkb, dkb + S * E, 0.0f);
+    std::fill(dvb, dvb + S * Ev, 0.0f);
+    for (int64_t i = 0; i < L; ++i) {
+      float d = 0.0f;
+      for (int64_t e = 0; e < Ev; ++e) d += gb[i * Ev + e] * ob[i * Ev + e];
+      D[i] = d;
+    }
+    for (int64_t j0 = 0; j0 < S; j0 += kBk) {
+      const int64_t n = std::min(kBk, S - j0);
+      transpose_tile(kb, kt, j0, n, E);
+      transpose_tile(vb, vt, j0, n, Ev);
+      const int64_t istart = causal ? (j0 / kBq) * kBq : 0;  // tiles wholly above the diagonal skipped
+      for (int64_t i0 = istart; i0 < L; i0 += kBq) {
+        const int64_t m = std::min(kBq, L - i0);
+        if (causal && i0 + m - 1 < j0) continue;
+        for (int64_t t = 0; t < m * E; ++t) qs[t] = qb[i0 * E + t] * scale;
+        tile_scores(qs, kt, s, m, n, E);
+        if (causal && j0 + n - 1 > i0) mask_causal(s, i0, m, j0, n);
+        for (int64_t ii = 0; ii < m; ++ii) {
+          float* sr = s + ii * kBk;
+          const float l = lb[i0 + ii];
+          if (l == kNegInf) {
+            std::fill(sr, sr + n, 0.0f);
+            continue;
+          }
+          for (int64_t jj = 0; jj < n; ++jj) sr[jj] = fexp(sr[jj] - l);
+        }
+        // dP = dO V^T (the gradient of the dropped weights), then through the dropout.
+        tile_scores(gb + i0 * Ev, vt, dp, m, n, Ev);
+        if (drop.on)
+          for (int64_t ii = 0; ii < m; ++ii) drop.row(b, i0 + ii, j0, n, mult + ii * kBk);
+        for (int64_t ii = 0; ii < m; ++ii) {
+          const float* sr = s + ii * kBk;
+          float* dr = dp + ii * kBk;
+          const float* gr = gb + (i0 + ii) * Ev;
+          // dV[j] += P_dropped[i, j] * dO[i]
+          for (int64_t jj = 0; jj < n; ++jj) {
+            const float pd = drop.on ? sr[jj] * mult[ii * kBk + jj] : sr[jj];
+            if (pd == 0.0f) continue;
+            float* dvr = dvb + (j0 + jj) * Ev;
+            for (int64_t e = 0; e < Ev; ++e) dvr[e] += pd * gr[e];
+          }
+          // dS = P * (dP - D)
+          const float di = D[i0 + ii];
+          if (drop.on)
+            for (int64_t jj = 0; jj < n; ++jj) dr[jj] = sr[jj] * (dr[jj] * mult[ii * kBk + jj] - di);
+          else
+            for (int64_t jj = 0; jj < n; ++jj) dr[jj] = sr[jj] * (dr[jj] - di);
+          // dQ[i] += scale * dS[i, j] K[j];  dK[j] += dS[i, j] * (scale * Q[i])
+          float* dqr = dqb + (i0 + ii) * E;
+          const float* qsr = qs + ii * E;
+          for (int64_t jj = 0; jj < n; ++jj) {
+            const float ds = dr[jj];
+            if (ds == 0.0f) continue;
+            const float* kr = kb + (j0 + jj) * E;
+            float* dkr = dkb + (j0 + jj) * E;
+            const float dss = ds * scale;
+            for (int64_t e = 0; e < E; ++e) dqr[e] += dss * kr[e];
+            for (int64_t e = 0; e < E; ++e) dkr[e] += ds * qsr[e];
+          }
+        }
+      }
+    }
+  };
+  const size_t scratch = size_t(E * kBk + Ev * kBk + 3 * kBq * kBk + kBq * E + L);
+  const int64_t work = g.N * L * S * (E + Ev);
+  if (g.N > 1 && use_team(work)) {
+#pragma omp parallel
+    {
+      std::vector<float> buf(scratch);
+#pragma omp for schedule(dynamic, 1)
+      for (int64_t b = 0; b < g.N; ++b) body(buf, b);
+    }
+  } else {
+    std::vector<float> buf(scratch);
+    for (int64_t b = 0; b < g.N; ++b) body(buf, b);
+  }
+  return {dq, dk, dv};
+}
+
+}  // namespace
+
+void register_cpu_attention_kernels() {
+  ops::register_kernel(DeviceType::CPU, OpKind::ScaledDotProductAttention, sdpa_cpu);
+  ops::register_kernel(DeviceType::CPU, OpKind::ScaledDotProductAttentionBackward, sdpa_bwd_cpu);
+}
+
+}  // namespace axle::cpu
