@@ -97,59 +97,96 @@ Dropout dropout_of(const Tensors& in, size_t rng_at, double p, const Geom& g) {
   return d;
 }
 
-/// s[ii * kBk + jj] = sum_e a[ii * E + e] * bt[e * kBk + jj] for ii < m, jj < n: a tile product
-/// with the key tile transposed (bt: E x kBk), the inner loop over keys.
-inline void tile_scores(const float* a, const float* bt, float* s, int64_t m, int64_t n, int64_t E) {
+/// s[ii * kBk + jj] = sum_e a[ii * E + e] * bt[e * kBk + jj] for ii < m and all kBk columns
+/// (bt: E x kBk, zero past the tile's keys): fixed-length inner loops the compiler keeps in
+/// registers.
+inline void tile_scores(const float* a, const float* bt, float* s, int64_t m, int64_t E) {
   for (int64_t ii = 0; ii < m; ++ii) {
-    float* sr = s + ii * kBk;
     const float* ar = a + ii * E;
-    for (int64_t jj = 0; jj < n; ++jj) sr[jj] = 0.0f;
-    for (int64_t e = 0; e < E; ++e) {
+    float acc[kBk] = {};
+    int64_t e = 0;
+    for (; e + 4 <= E; e += 4) {  // 4 products per accumulator update: shorter store-to-load chains
+      const float x0 = ar[e], x1 = ar[e + 1], x2 = ar[e + 2], x3 = ar[e + 3];
+      const float *b0 = bt + e * kBk, *b1 = b0 + kBk, *b2 = b1 + kBk, *b3 = b2 + kBk;
+      for (int64_t jj = 0; jj < kBk; ++jj) acc[jj] += x0 * b0[jj] + x1 * b1[jj] + x2 * b2[jj] + x3 * b3[jj];
+    }
+    for (; e < E; ++e) {
       const float x = ar[e];
       const float* br = bt + e * kBk;
-      for (int64_t jj = 0; jj < n; ++jj) sr[jj] += x * br[jj];
+      for (int64_t jj = 0; jj < kBk; ++jj) acc[jj] += x * br[jj];
     }
+    std::memcpy(s + ii * kBk, acc, sizeof acc);
   }
 }
 
-/// bt[e * kBk + jj] = b[(j0 + jj) * E + e]: a key (or value) tile transposed.
+/// bt[e * kBk + jj] = b[(j0 + jj) * E + e] for jj < n, 0 for n <= jj < kBk.
 inline void transpose_tile(const float* b, float* bt, int64_t j0, int64_t n, int64_t E) {
+  if (n < kBk)
+    for (int64_t e = 0; e < E; ++e) std::fill(bt + e * kBk + n, bt + (e + 1) * kBk, 0.0f);
   for (int64_t jj = 0; jj < n; ++jj) {
     const float* br = b + (j0 + jj) * E;
     for (int64_t e = 0; e < E; ++e) bt[e * kBk + jj] = br[e];
   }
 }
 
-/// Causal: -inf where key j0 + jj > query i0 + ii.
-inline void mask_causal(float* s, int64_t i0, int64_t m, int64_t j0, int64_t n) {
+/// Causal: -inf where key j0 + jj > query i0 + ii; and past the tile's n keys.
+inline void mask_tile(float* s, int64_t i0, int64_t m, int64_t j0, int64_t n, bool causal) {
   for (int64_t ii = 0; ii < m; ++ii) {
-    const int64_t first_masked = std::max<int64_t>(0, i0 + ii + 1 - j0);
-    for (int64_t jj = first_masked; jj < n; ++jj) s[ii * kBk + jj] = kNegInf;
+    const int64_t first = causal ? std::clamp<int64_t>(i0 + ii + 1 - j0, 0, n) : n;
+    for (int64_t jj = first; jj < kBk; ++jj) s[ii * kBk + jj] = kNegInf;
   }
 }
 
+inline float row_max(const float* r) {
+  float m8[8];
+  for (int l = 0; l < 8; ++l) m8[l] = r[l];
+  for (int64_t j = 8; j < kBk; j += 8)
+    for (int l = 0; l < 8; ++l) m8[l] = m8[l] > r[j + l] ? m8[l] : r[j + l];
+  float m = m8[0];
+  for (int l = 1; l < 8; ++l) m = m > m8[l] ? m : m8[l];
+  return m;
+}
+
+/// r[j] = exp(r[j] - mx) for all kBk columns; returns their sum.
+inline float exp_row(float* r, float mx) {
+  float s8[8] = {};
+  for (int64_t j = 0; j < kBk; j += 8)
+    for (int l = 0; l < 8; ++l) {
+      const float p = fexp(r[j + l] - mx);
+      r[j + l] = p;
+      s8[l] += p;
+    }
+  float s = 0.0f;
+  for (int l = 0; l < 8; ++l) s += s8[l];
+  return s;
+}
+
+// Head sizes known at compile time (0: the run time's): the per-row accumulators stay in
+// registers for the common sizes.
+template <int EQ, int EV>
+struct Dims {
+  static constexpr int kMaxLocal = 128;
+  int64_t E_, Ev_;
+  int64_t E() const { return EQ ? EQ : E_; }
+  int64_t Ev() const { return EV ? EV : Ev_; }
+};
+
 // ------------------------------------------------------------------ forward
-Tensors sdpa_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>& meta) {
-  const attr::ScaledDotProductAttention at = attr::ScaledDotProductAttention::of(a);
-  Tensor q = contiguous_as(in[0], kFloat32), k = contiguous_as(in[1], kFloat32), v = contiguous_as(in[2], kFloat32);
-  const Geom g = geom_of(q, v);
-  const Dropout drop = dropout_of(in, 3, at.dropout_p, g);
-  Tensor out = make_tensor(meta[0].shape, kFloat32), lse = make_tensor(meta[1].shape, kFloat32);
-  const float *qp = q.data<float>(), *kp = k.data<float>(), *vp = v.data<float>();
-  float *op = out.data<float>(), *lp = lse.data<float>();
-  const float scale = float(at.scale);
-  const bool causal = at.is_causal;
+template <int EQ, int EV>
+void fwd_impl(const float* qp, const float* kp, const float* vp, float* op, float* lp, const Geom& g, float scale,
+              bool causal, const Dropout& drop) {
+  const Dims<EQ, EV> d{g.E, g.Ev};
+  const int64_t E = d.E(), Ev = d.Ev();
   const int64_t qtiles = (g.L + kBq - 1) / kBq, tasks = g.N * qtiles;
-  const int64_t E = g.E, Ev = g.Ev;
   auto body = [&](std::vector<float>& buf, int64_t task) {
     const int64_t b = task / qtiles, i0 = (task % qtiles) * kBq, m = std::min(kBq, g.L - i0);
-    float* qs = buf.data();           // kBq x E: the scaled query tile
-    float* kt = qs + kBq * E;         // E x kBk: the key tile transposed
-    float* s = kt + E * kBk;          // kBq x kBk: scores, then probabilities
-    float* acc = s + kBq * kBk;       // kBq x Ev
-    float* mx = acc + kBq * Ev;       // kBq running maxima
-    float* sum = mx + kBq;            // kBq running sums
-    float* mult = sum + kBq;          // kBk dropout multipliers
+    float* qs = buf.data();      // kBq x E: the scaled query tile
+    float* kt = qs + kBq * E;    // E x kBk: the key tile transposed
+    float* s = kt + E * kBk;     // kBq x kBk: scores, then probabilities
+    float* acc = s + kBq * kBk;  // kBq x Ev
+    float* mx = acc + kBq * Ev;  // kBq running maxima
+    float* sum = mx + kBq;       // kBq running sums
+    float* mult = sum + kBq;     // kBk dropout multipliers
     const float* qb = qp + (b * g.L + i0) * E;
     for (int64_t t = 0; t < m * E; ++t) qs[t] = qb[t] * scale;
     std::fill(acc, acc + m * Ev, 0.0f);
@@ -161,36 +198,37 @@ Tensors sdpa_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>& met
     for (int64_t j0 = 0; j0 < jend; j0 += kBk) {
       const int64_t n = std::min(kBk, jend - j0);
       transpose_tile(kb, kt, j0, n, E);
-      tile_scores(qs, kt, s, m, n, E);
-      if (causal && j0 + n - 1 > i0) mask_causal(s, i0, m, j0, n);
+      tile_scores(qs, kt, s, m, E);
+      mask_tile(s, i0, m, j0, n, causal);
       for (int64_t ii = 0; ii < m; ++ii) {
         float* sr = s + ii * kBk;
-        float rmax = kNegInf;
-        for (int64_t jj = 0; jj < n; ++jj) rmax = std::max(rmax, sr[jj]);
-        const float mnew = std::max(mx[ii], rmax);
+        const float mnew = std::max(mx[ii], row_max(sr));
         if (mnew == kNegInf) continue;  // every key so far masked
         const float alpha = fexp(mx[ii] - mnew);
-        float rs = 0.0f;
-        for (int64_t jj = 0; jj < n; ++jj) {
-          const float p = fexp(sr[jj] - mnew);
-          sr[jj] = p;
-          rs += p;
-        }
+        const float rs = exp_row(sr, mnew);
         mx[ii] = mnew;
         sum[ii] = sum[ii] * alpha + rs;
-        float* ar = acc + ii * Ev;
-        if (alpha != 1.0f)
-          for (int64_t e = 0; e < Ev; ++e) ar[e] *= alpha;
         if (drop.on) {
           drop.row(b, i0 + ii, j0, n, mult);
           for (int64_t jj = 0; jj < n; ++jj) sr[jj] *= mult[jj];
         }
-        for (int64_t jj = 0; jj < n; ++jj) {
+        float loc[EV > 0 ? EV : 1];
+        float* ar = EV > 0 ? loc : acc + ii * Ev;
+        if constexpr (EV > 0) std::memcpy(loc, acc + ii * Ev, sizeof loc);
+        for (int64_t e = 0; e < Ev; ++e) ar[e] *= alpha;
+        int64_t jj = 0;
+        for (; jj + 4 <= n; jj += 4) {
+          const float p0 = sr[jj], p1 = sr[jj + 1], p2 = sr[jj + 2], p3 = sr[jj + 3];
+          const float* v0 = vb + (j0 + jj) * Ev;
+          const float *v1 = v0 + Ev, *v2 = v1 + Ev, *v3 = v2 + Ev;
+          for (int64_t e = 0; e < Ev; ++e) ar[e] += p0 * v0[e] + p1 * v1[e] + p2 * v2[e] + p3 * v3[e];
+        }
+        for (; jj < n; ++jj) {
           const float p = sr[jj];
-          if (p == 0.0f) continue;
           const float* vr = vb + (j0 + jj) * Ev;
           for (int64_t e = 0; e < Ev; ++e) ar[e] += p * vr[e];
         }
+        if constexpr (EV > 0) std::memcpy(acc + ii * Ev, loc, sizeof loc);
       }
     }
     float* ob = op + (b * g.L + i0) * Ev;
@@ -214,32 +252,39 @@ Tensors sdpa_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>& met
     std::vector<float> buf(scratch);
     for (int64_t t = 0; t < tasks; ++t) body(buf, t);
   }
+}
+
+Tensors sdpa_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>& meta) {
+  const attr::ScaledDotProductAttention at = attr::ScaledDotProductAttention::of(a);
+  Tensor q = contiguous_as(in[0], kFloat32), k = contiguous_as(in[1], kFloat32), v = contiguous_as(in[2], kFloat32);
+  const Geom g = geom_of(q, v);
+  const Dropout drop = dropout_of(in, 3, at.dropout_p, g);
+  Tensor out = make_tensor(meta[0].shape, kFloat32), lse = make_tensor(meta[1].shape, kFloat32);
+  const float *qp = q.data<float>(), *kp = k.data<float>(), *vp = v.data<float>();
+  float *op = out.data<float>(), *lp = lse.data<float>();
+  const float scale = float(at.scale);
+  if (g.E == 32 && g.Ev == 32) fwd_impl<32, 32>(qp, kp, vp, op, lp, g, scale, at.is_causal, drop);
+  else if (g.E == 64 && g.Ev == 64) fwd_impl<64, 64>(qp, kp, vp, op, lp, g, scale, at.is_causal, drop);
+  else if (g.E == 16 && g.Ev == 16) fwd_impl<16, 16>(qp, kp, vp, op, lp, g, scale, at.is_causal, drop);
+  else fwd_impl<0, 0>(qp, kp, vp, op, lp, g, scale, at.is_causal, drop);
   return {out, lse};
 }
 
 // ------------------------------------------------------------------ backward
-Tensors sdpa_bwd_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>& meta) {
-  const attr::ScaledDotProductAttentionBackward at = attr::ScaledDotProductAttentionBackward::of(a);
-  Tensor go = contiguous_as(in[0], kFloat32), q = contiguous_as(in[1], kFloat32), k = contiguous_as(in[2], kFloat32),
-         v = contiguous_as(in[3], kFloat32), o = contiguous_as(in[4], kFloat32), lse = contiguous_as(in[5], kFloat32);
-  const Geom g = geom_of(q, v);
-  const Dropout drop = dropout_of(in, 6, at.dropout_p, g);
-  Tensor dq = make_tensor(meta[0].shape, kFloat32), dk = make_tensor(meta[1].shape, kFloat32),
-         dv = make_tensor(meta[2].shape, kFloat32);
-  const float *gp = go.data<float>(), *qp = q.data<float>(), *kp = k.data<float>(), *vp = v.data<float>(),
-              *opp = o.data<float>(), *lp = lse.data<float>();
-  float *dqp = dq.data<float>(), *dkp = dk.data<float>(), *dvp = dv.data<float>();
-  const float scale = float(at.scale);
-  const bool causal = at.is_causal;
-  const int64_t E = g.E, Ev = g.Ev, L = g.L, S = g.S;
+template <int EQ, int EV>
+void bwd_impl(const float* gp, const float* qp, const float* kp, const float* vp, const float* opp, const float* lp,
+              float* dqp, float* dkp, float* dvp, const Geom& g, float scale, bool causal, const Dropout& drop) {
+  const Dims<EQ, EV> dm{g.E, g.Ev};
+  const int64_t E = dm.E(), Ev = dm.Ev(), L = g.L, S = g.S;
   auto body = [&](std::vector<float>& buf, int64_t b) {
     float* kt = buf.data();        // E x kBk: key tile transposed
     float* vt = kt + E * kBk;      // Ev x kBk: value tile transposed
-    float* s = vt + Ev * kBk;      // kBq x kBk: probabilities P
+    float* s = vt + Ev * kBk;      // kBq x kBk: probabilities P, then P with dropout
     float* dp = s + kBq * kBk;     // kBq x kBk: dP, then dS
     float* mult = dp + kBq * kBk;  // kBq x kBk: dropout multipliers
     float* qs = mult + kBq * kBk;  // kBq x E: scaled query tile
-    float* D = qs + kBq * E;       // L: rowsum(dO * O)
+    float* rowacc = qs + kBq * E;  // max(E, Ev): one row's accumulator (run-time head sizes)
+    float* D = rowacc + std::max(E, Ev);  // L: rowsum(dO * O)
     const float *qb = qp + b * L * E, *kb = kp + b * S * E, *vb = vp + b * S * Ev;
     const float *gb = gp + b * L * Ev, *ob = opp + b * L * Ev, *lb = lp + b * L;
     float *dqb = dqp + b * L * E, *dkb = dkp + b * S * E, *dvb = dvp + b * S * Ev;
@@ -258,57 +303,104 @@ Tensors sdpa_bwd_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>&
       const int64_t istart = causal ? (j0 / kBq) * kBq : 0;  // tiles wholly above the diagonal skipped
       for (int64_t i0 = istart; i0 < L; i0 += kBq) {
         const int64_t m = std::min(kBq, L - i0);
-        if (causal && i0 + m - 1 < j0) continue;
         for (int64_t t = 0; t < m * E; ++t) qs[t] = qb[i0 * E + t] * scale;
-        tile_scores(qs, kt, s, m, n, E);
-        if (causal && j0 + n - 1 > i0) mask_causal(s, i0, m, j0, n);
+        tile_scores(qs, kt, s, m, E);
+        mask_tile(s, i0, m, j0, n, causal);
         for (int64_t ii = 0; ii < m; ++ii) {
           float* sr = s + ii * kBk;
           const float l = lb[i0 + ii];
           if (l == kNegInf) {
-            std::fill(sr, sr + n, 0.0f);
+            std::fill(sr, sr + kBk, 0.0f);
             continue;
           }
-          for (int64_t jj = 0; jj < n; ++jj) sr[jj] = fexp(sr[jj] - l);
+          for (int64_t jj = 0; jj < kBk; ++jj) sr[jj] = fexp(sr[jj] - l);
         }
-        // dP = dO V^T (the gradient of the dropped weights), then through the dropout.
-        tile_scores(gb + i0 * Ev, vt, dp, m, n, Ev);
-        if (drop.on)
-          for (int64_t ii = 0; ii < m; ++ii) drop.row(b, i0 + ii, j0, n, mult + ii * kBk);
+        // dP = dO V^T (the gradient of the dropped weights), then through the dropout:
+        // dS = P * (dP * mult - D); P becomes the dropped weights for dV.
+        tile_scores(gb + i0 * Ev, vt, dp, m, Ev);
         for (int64_t ii = 0; ii < m; ++ii) {
-          const float* sr = s + ii * kBk;
+          float* sr = s + ii * kBk;
           float* dr = dp + ii * kBk;
-          const float* gr = gb + (i0 + ii) * Ev;
-          // dV[j] += P_dropped[i, j] * dO[i]
-          for (int64_t jj = 0; jj < n; ++jj) {
-            const float pd = drop.on ? sr[jj] * mult[ii * kBk + jj] : sr[jj];
-            if (pd == 0.0f) continue;
-            float* dvr = dvb + (j0 + jj) * Ev;
-            for (int64_t e = 0; e < Ev; ++e) dvr[e] += pd * gr[e];
-          }
-          // dS = P * (dP - D)
           const float di = D[i0 + ii];
-          if (drop.on)
-            for (int64_t jj = 0; jj < n; ++jj) dr[jj] = sr[jj] * (dr[jj] * mult[ii * kBk + jj] - di);
-          else
-            for (int64_t jj = 0; jj < n; ++jj) dr[jj] = sr[jj] * (dr[jj] - di);
-          // dQ[i] += scale * dS[i, j] K[j];  dK[j] += dS[i, j] * (scale * Q[i])
-          float* dqr = dqb + (i0 + ii) * E;
-          const float* qsr = qs + ii * E;
-          for (int64_t jj = 0; jj < n; ++jj) {
-            const float ds = dr[jj];
-            if (ds == 0.0f) continue;
-            const float* kr = kb + (j0 + jj) * E;
-            float* dkr = dkb + (j0 + jj) * E;
-            const float dss = ds * scale;
-            for (int64_t e = 0; e < E; ++e) dqr[e] += dss * kr[e];
-            for (int64_t e = 0; e < E; ++e) dkr[e] += ds * qsr[e];
+          if (drop.on) {
+            float* mr = mult + ii * kBk;
+            drop.row(b, i0 + ii, j0, n, mr);
+            for (int64_t jj = 0; jj < n; ++jj) {
+              dr[jj] = sr[jj] * (dr[jj] * mr[jj] - di);
+              sr[jj] *= mr[jj];
+            }
+          } else {
+            for (int64_t jj = 0; jj < kBk; ++jj) dr[jj] = sr[jj] * (dr[jj] - di);
           }
+        }
+        // dV[j] += sum_i P_dropped[i, j] dO[i];  dK[j] += sum_i dS[i, j] (scale * Q[i])
+        for (int64_t jj = 0; jj < n; ++jj) {
+          {
+            float loc[EV > 0 ? EV : 1] = {};
+            float* a = EV > 0 ? loc : rowacc;
+            if constexpr (EV == 0) std::fill(a, a + Ev, 0.0f);
+            int64_t ii = 0;
+            for (; ii + 4 <= m; ii += 4) {
+              const float p0 = s[ii * kBk + jj], p1 = s[(ii + 1) * kBk + jj], p2 = s[(ii + 2) * kBk + jj],
+                          p3 = s[(ii + 3) * kBk + jj];
+              const float* g0 = gb + (i0 + ii) * Ev;
+              const float *g1 = g0 + Ev, *g2 = g1 + Ev, *g3 = g2 + Ev;
+              for (int64_t e = 0; e < Ev; ++e) a[e] += p0 * g0[e] + p1 * g1[e] + p2 * g2[e] + p3 * g3[e];
+            }
+            for (; ii < m; ++ii) {
+              const float p = s[ii * kBk + jj];
+              const float* gr = gb + (i0 + ii) * Ev;
+              for (int64_t e = 0; e < Ev; ++e) a[e] += p * gr[e];
+            }
+            float* dvr = dvb + (j0 + jj) * Ev;
+            for (int64_t e = 0; e < Ev; ++e) dvr[e] += a[e];
+          }
+          {
+            float loc[EQ > 0 ? EQ : 1] = {};
+            float* a = EQ > 0 ? loc : rowacc;
+            if constexpr (EQ == 0) std::fill(a, a + E, 0.0f);
+            int64_t ii = 0;
+            for (; ii + 4 <= m; ii += 4) {
+              const float d0 = dp[ii * kBk + jj], d1 = dp[(ii + 1) * kBk + jj], d2 = dp[(ii + 2) * kBk + jj],
+                          d3 = dp[(ii + 3) * kBk + jj];
+              const float* q0 = qs + ii * E;
+              const float *q1 = q0 + E, *q2 = q1 + E, *q3 = q2 + E;
+              for (int64_t e = 0; e < E; ++e) a[e] += d0 * q0[e] + d1 * q1[e] + d2 * q2[e] + d3 * q3[e];
+            }
+            for (; ii < m; ++ii) {
+              const float ds = dp[ii * kBk + jj];
+              const float* qr = qs + ii * E;
+              for (int64_t e = 0; e < E; ++e) a[e] += ds * qr[e];
+            }
+            float* dkr = dkb + (j0 + jj) * E;
+            for (int64_t e = 0; e < E; ++e) dkr[e] += a[e];
+          }
+        }
+        // dQ[i] += scale * sum_j dS[i, j] K[j]
+        for (int64_t ii = 0; ii < m; ++ii) {
+          float loc[EQ > 0 ? EQ : 1] = {};
+          float* a = EQ > 0 ? loc : rowacc;
+          if constexpr (EQ == 0) std::fill(a, a + E, 0.0f);
+          const float* dr = dp + ii * kBk;
+          int64_t jj = 0;
+          for (; jj + 4 <= n; jj += 4) {
+            const float d0 = dr[jj], d1 = dr[jj + 1], d2 = dr[jj + 2], d3 = dr[jj + 3];
+            const float* k0 = kb + (j0 + jj) * E;
+            const float *k1 = k0 + E, *k2 = k1 + E, *k3 = k2 + E;
+            for (int64_t e = 0; e < E; ++e) a[e] += d0 * k0[e] + d1 * k1[e] + d2 * k2[e] + d3 * k3[e];
+          }
+          for (; jj < n; ++jj) {
+            const float ds = dr[jj];
+            const float* kr = kb + (j0 + jj) * E;
+            for (int64_t e = 0; e < E; ++e) a[e] += ds * kr[e];
+          }
+          float* dqr = dqb + (i0 + ii) * E;
+          for (int64_t e = 0; e < E; ++e) dqr[e] += scale * a[e];
         }
       }
     }
   };
-  const size_t scratch = size_t(E * kBk + Ev * kBk + 3 * kBq * kBk + kBq * E + L);
+  const size_t scratch = size_t(E * kBk + Ev * kBk + 3 * kBq * kBk + kBq * E + std::max(E, Ev) + L);
   const int64_t work = g.N * L * S * (E + Ev);
   if (g.N > 1 && use_team(work)) {
 #pragma omp parallel
@@ -321,6 +413,25 @@ Tensors sdpa_bwd_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>&
     std::vector<float> buf(scratch);
     for (int64_t b = 0; b < g.N; ++b) body(buf, b);
   }
+}
+
+Tensors sdpa_bwd_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>& meta) {
+  const attr::ScaledDotProductAttentionBackward at = attr::ScaledDotProductAttentionBackward::of(a);
+  Tensor go = contiguous_as(in[0], kFloat32), q = contiguous_as(in[1], kFloat32), k = contiguous_as(in[2], kFloat32),
+         v = contiguous_as(in[3], kFloat32), o = contiguous_as(in[4], kFloat32), lse = contiguous_as(in[5], kFloat32);
+  const Geom g = geom_of(q, v);
+  const Dropout drop = dropout_of(in, 6, at.dropout_p, g);
+  Tensor dq = make_tensor(meta[0].shape, kFloat32), dk = make_tensor(meta[1].shape, kFloat32),
+         dv = make_tensor(meta[2].shape, kFloat32);
+  const float *gp = go.data<float>(), *qp = q.data<float>(), *kp = k.data<float>(), *vp = v.data<float>(),
+              *opp = o.data<float>(), *lp = lse.data<float>();
+  float *dqp = dq.data<float>(), *dkp = dk.data<float>(), *dvp = dv.data<float>();
+  const float scale = float(at.scale);
+  const bool c = at.is_causal;
+  if (g.E == 32 && g.Ev == 32) bwd_impl<32, 32>(gp, qp, kp, vp, opp, lp, dqp, dkp, dvp, g, scale, c, drop);
+  else if (g.E == 64 && g.Ev == 64) bwd_impl<64, 64>(gp, qp, kp, vp, opp, lp, dqp, dkp, dvp, g, scale, c, drop);
+  else if (g.E == 16 && g.Ev == 16) bwd_impl<16, 16>(gp, qp, kp, vp, opp, lp, dqp, dkp, dvp, g, scale, c, drop);
+  else bwd_impl<0, 0>(gp, qp, kp, vp, opp, lp, dqp, dkp, dvp, g, scale, c, drop);
   return {dq, dk, dv};
 }
 
