@@ -30,11 +30,14 @@ constexpr int64_t kBq = 32;  ///< query rows per tile
 constexpr int64_t kBk = 64;  ///< keys per tile
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-/// exp that vectorises (Cephes polynomial, about 1 ulp); 0 below -87.5 (and for -inf).
+/// exp for x <= 0 (scores less their row's max or log-sum-exp), about 1 ulp (Cephes polynomial);
+/// 0 below -87.5 and for -inf. The clamp and the zeroing are integer selects on the bits (a
+/// float compare would leave a branch the vectoriser gives up on under -ftrapping-math).
 inline float fexp(float x) {
-  float xc = x < -87.5f ? -87.5f : x;
-  xc = xc > 88.5f ? 88.5f : xc;
-  const float n = (xc * 1.44269504088896341f + 12582912.f) - 12582912.f;
+  const int32_t xb = __builtin_bit_cast(int32_t, x), lim = __builtin_bit_cast(int32_t, -87.5f);
+  const int32_t under = -int32_t((xb < 0) & (xb > lim));  // all ones where x < -87.5
+  const float xc = __builtin_bit_cast(float, (lim & under) | (xb & ~under));
+  const float n = (xc * 1.44269504088896341f + 12582912.f) - 12582912.f;  // round to nearest
   float r = xc - n * 0.693359375f;
   r = r - n * -2.12194440e-4f;
   float p = 1.9875691500e-4f;
@@ -45,7 +48,7 @@ inline float fexp(float x) {
   p = p * r + 5.0000001201e-1f;
   float y = p * r * r + r + 1.0f;
   y *= __builtin_bit_cast(float, (int32_t(n) + 127) << 23);
-  return x < -87.5f ? 0.f : y;
+  return __builtin_bit_cast(float, __builtin_bit_cast(int32_t, y) & ~under);
 }
 
 struct Geom {
@@ -149,13 +152,10 @@ inline float row_max(const float* r) {
 
 /// r[j] = exp(r[j] - mx) for all kBk columns; returns their sum.
 inline float exp_row(float* r, float mx) {
+  for (int64_t j = 0; j < kBk; ++j) r[j] = fexp(r[j] - mx);
   float s8[8] = {};
   for (int64_t j = 0; j < kBk; j += 8)
-    for (int l = 0; l < 8; ++l) {
-      const float p = fexp(r[j + l] - mx);
-      r[j + l] = p;
-      s8[l] += p;
-    }
+    for (int l = 0; l < 8; ++l) s8[l] += r[j + l];
   float s = 0.0f;
   for (int l = 0; l < 8; ++l) s += s8[l];
   return s;
@@ -313,7 +313,7 @@ void bwd_impl(const float* gp, const float* qp, const float* kp, const float* vp
             std::fill(sr, sr + kBk, 0.0f);
             continue;
           }
-          for (int64_t jj = 0; jj < kBk; ++jj) sr[jj] = fexp(sr[jj] - l);
+          exp_row(sr, l);  // P = exp(s - lse)
         }
         // dP = dO V^T (the gradient of the dropped weights), then through the dropout:
         // dS = P * (dP * mult - D); P becomes the dropped weights for dV.
