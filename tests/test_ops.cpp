@@ -201,6 +201,44 @@ Reduction to_axle(Red r) { return r == Red::None ? Reduction::None : r == Red::S
 
 double pow_d(double u, double v) { return std::pow(u, v); }
 
+/// softmax(q k^T * scale, causal: keys j > i masked) v over the last two dims (batch dims equal).
+ref::Arr ref_attention(const ref::Arr& q, const ref::Arr& k, const ref::Arr& v, bool causal, double scale) {
+  const int64_t r = q.dim(), L = q.size(-2), E = q.size(-1), S = k.size(-2), Ev = v.size(-1);
+  const int64_t B = q.numel() / (L * E);
+  ref::Shape os = q.shape;
+  os.back() = Ev;
+  ref::Arr o = ref::zeros(os);
+  (void)r;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t i = 0; i < L; ++i) {
+      std::vector<double> s(size_t(S), -std::numeric_limits<double>::infinity());
+      double mx = -std::numeric_limits<double>::infinity();
+      for (int64_t j = 0; j < S; ++j) {
+        if (causal && j > i) continue;
+        double d = 0;
+        for (int64_t e = 0; e < E; ++e) d += q.v[size_t((b * L + i) * E + e)] * k.v[size_t((b * S + j) * E + e)];
+        s[size_t(j)] = d * scale;
+        mx = std::max(mx, s[size_t(j)]);
+      }
+      double z = 0;
+      for (double& x : s) z += (x = std::exp(x - mx));
+      for (int64_t j = 0; j < S; ++j)
+        for (int64_t e = 0; e < Ev; ++e) o.v[size_t((b * L + i) * Ev + e)] += s[size_t(j)] / z * v.v[size_t((b * S + j) * Ev + e)];
+    }
+  return o;
+}
+/// tril (lower) or triu of the last two dims, keeping j - i <= d (tril) or >= d (triu).
+ref::Arr ref_tri(const ref::Arr& x, int64_t d, bool lower) {
+  ref::Arr o = x;
+  const int64_t R = x.size(-2), C = x.size(-1);
+  for (int64_t t = 0; t < x.numel(); ++t) {
+    const int64_t i = (t / C) % R, j = t % C;
+    if (lower ? j - i > d : j - i < d) o.v[size_t(t)] = 0;
+  }
+  return o;
+}
+double gelu_tanh(double x) { return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x))); }
+
 std::vector<OpCase> build_table() {
   using namespace ref;
   std::vector<OpCase> t;
@@ -507,6 +545,23 @@ std::vector<OpCase> build_table() {
   row({"adaptive_avg_pool2d_even", {F({2, 2, 6, 6})}, AX(adaptive_avg_pool2d(x[0], {3, 3})), RF(adaptive_avg_pool2d(a[0], 3, 3))});
   row({"adaptive_avg_pool2d_uneven", {F({1, 2, 5, 7})}, AX(adaptive_avg_pool2d(x[0], {3, 4})), RF(adaptive_avg_pool2d(a[0], 3, 4))});
   row({"adaptive_avg_pool2d_global", {F({2, 3, 4, 5})}, AX(adaptive_avg_pool2d(x[0], {1, 1})), RF(adaptive_avg_pool2d(a[0], 1, 1))});
+
+  // ---------------------------------------------------------------- attention (fused op)
+  row({"scaled_dot_product_attention", {F({2, 3, 5, 4}, -2, 2), F({2, 3, 7, 4}, -2, 2), F({2, 3, 7, 3})},
+       AX(scaled_dot_product_attention(x[0], x[1], x[2])), RF(ref_attention(a[0], a[1], a[2], false, 0.5))});
+  row({"scaled_dot_product_attention_causal", {F({2, 6, 4}, -2, 2), F({2, 6, 4}, -2, 2), F({2, 6, 5})},
+       AX(scaled_dot_product_attention(x[0], x[1], x[2], {.is_causal = true})), RF(ref_attention(a[0], a[1], a[2], true, 0.5))});
+  row({"scaled_dot_product_attention_long", {F({1, 2, 70, 8}), F({1, 2, 70, 8}), F({1, 2, 70, 8})},
+       AX(scaled_dot_product_attention(x[0], x[1], x[2], {.is_causal = true, .scale = 0.9})),
+       RF(ref_attention(a[0], a[1], a[2], true, 0.9))});
+  // ---------------------------------------------------------------- composites of issue 15
+  row({"masked_fill", {F({2, 3, 4}), Bool({3, 4})}, AX(masked_fill(x[0], x[1], -2.5)),
+       RF(zip(a[0], expand(a[1], {2, 3, 4}), [](double u, double m) { return m != 0 ? -2.5 : u; }, kFloat32))});
+  row({"tril", {F({2, 4, 5})}, AX(tril(x[0])), RF(ref_tri(a[0], 0, true))});
+  row({"tril_diagonal", {F({3, 4})}, AX(tril(x[0], -1)), RF(ref_tri(a[0], -1, true))});
+  row({"triu", {F({2, 4, 5})}, AX(triu(x[0])), RF(ref_tri(a[0], 0, false))});
+  row({"triu_diagonal", {F({4, 3})}, AX(triu(x[0], 2)), RF(ref_tri(a[0], 2, false))});
+  row({"gelu_tanh", {F({2, 3, 4}, -3, 3)}, AX(gelu(x[0], "tanh")), RF(map(a[0], gelu_tanh))});
 
   // ---------------------------------------------------------------- normalization
   // Inputs: x, weight, bias, running_mean, running_var. Outputs: y, then the running stats after the call.
@@ -1008,7 +1063,7 @@ TEST(OpTable, GradientsAsDocumented) {
     EXPECT_TRUE(i->traits & (ops::kCompare | ops::kIndex | ops::kBackward | ops::kCompilerMade))
         << i->name << " has no gradient and no reason for it in ops.def";
   }
-  EXPECT_EQ(without, 25);  // the README's list: 6 comparisons, argmax/argmin, 13 backward ops, 2 fused ops, 2 SPMD device ops
+  EXPECT_EQ(without, 26);  // the README's list: 6 comparisons, argmax/argmin, 14 backward ops, 2 fused ops, 2 SPMD device ops
 }
 
 // The schema's traits agree with what the ops do: arities of unary/binary ops, the dtypes of

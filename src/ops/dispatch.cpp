@@ -79,6 +79,7 @@ void ensure_registered() {
     register_linalg_ops();
     register_conv_ops();
     register_pool_ops();
+    register_attention_ops();
     register_fused_ops();
     register_collective_ops();
     register_spmd_ops();

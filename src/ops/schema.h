@@ -64,6 +64,7 @@ enum class ShardRule : uint8_t {
   Constraint,    ///< sharding_constraint: pins its value's sharding
   Collective,    ///< an explicit collective (DDP, FSDP v1, manual regions)
   PassThrough,   ///< output i takes operand i's sharding (optimization_barrier)
+  Attention,     ///< fused attention: batch/head dims pass, the last two (L or S, E) replicated
   Device,        ///< reads the running device (shard_slice, mask_padding): made by the partitioner
 };
 inline constexpr uint32_t kShardRuleShift = 24;
@@ -119,6 +120,7 @@ constexpr uint32_t S_POINTWISE = uint32_t(ShardRule::Pointwise) << kShardRuleShi
                    S_CONSTRAINT = uint32_t(ShardRule::Constraint) << kShardRuleShift,
                    S_COLLECTIVE = uint32_t(ShardRule::Collective) << kShardRuleShift,
                    S_PASS = uint32_t(ShardRule::PassThrough) << kShardRuleShift,
+                   S_ATTENTION = uint32_t(ShardRule::Attention) << kShardRuleShift,
                    S_DEVICE = uint32_t(ShardRule::Device) << kShardRuleShift;
 constexpr int N = Arity::kAny;
 constexpr Arity R(int lo, int hi) { return {lo, hi}; }

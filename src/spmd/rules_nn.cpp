@@ -1,4 +1,5 @@
-// The SPMD rules of the neural-network ops (src/spmd/rules.h): Conv, Window, AlongDim, Loss.
+// The SPMD rules of the neural-network ops (src/spmd/rules.h): Conv, Window, AlongDim, Attention,
+// Loss.
 //
 // Each op's rule is described by a dim map: for each operand dim, the output dim it runs
 // along (its sharding passes through), kRep (must be replicated: a conv's channels and
@@ -117,6 +118,12 @@ std::vector<std::vector<int>> dim_map(const compiler::PNode& n, const std::vecto
     case OpKind::Conv2dBackwardWeight:  // (grad, x) -> (gw, gb?)
       m[0] = leading(in[0].size(), 1, kSum);
       m[1] = leading(in[1].size(), 1, kSum);
+      break;
+    // ---- Attention: q, k, v, out, lse, grads: [..., L or S, E] of one rank; the batch/head dims
+    // pass, the last two (sequence, head size) replicated; the dropout's rng [2] replicated
+    case OpKind::ScaledDotProductAttention: case OpKind::ScaledDotProductAttentionBackward:
+      for (size_t i = 0; i < in.size(); ++i)
+        if (in[i].size() == out.size() && out.size() >= 2) m[i] = leading(out.size(), out.size() - 2);
       break;
     // ---- Loss: the batch passes (reduction none) or is contracted (sum, mean)
     case OpKind::NllLoss: {  // (logp, target)
@@ -251,6 +258,7 @@ const char* rule_name(OpKind k) {
     case ops::ShardRule::Window: return "window";
     case ops::ShardRule::AlongDim: return "along_dim";
     case ops::ShardRule::Loss: return "loss";
+    case ops::ShardRule::Attention: return "attention";
     default: return "nn";
   }
 }
@@ -414,7 +422,7 @@ std::vector<LocalValue> partition_loss(PartitionContext& cx, const std::vector<L
 }  // namespace
 
 void register_nn_rules(RuleTable& t) {
-  for (ops::ShardRule r : {ops::ShardRule::Conv, ops::ShardRule::Window, ops::ShardRule::AlongDim})
+  for (ops::ShardRule r : {ops::ShardRule::Conv, ops::ShardRule::Window, ops::ShardRule::AlongDim, ops::ShardRule::Attention})
     t[r] = RuleHooks{.forward = forward, .backward = backward, .partition = partition_mapped};
   t[ops::ShardRule::Loss] = RuleHooks{.forward = forward, .backward = backward, .partition = partition_loss};
 }
