@@ -115,7 +115,7 @@ int main(int argc, char** argv) {
       loss.backward();
       nn::utils::clip_grad_norm_(model->parameters(), 1.0);
       opt.step();
-      if (dev.is_xla()) sync();
+      if (dev.is_xla()) axle::sync();
       last_loss = loss.item<float>();
       const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       if (i == 0) first = dt;
