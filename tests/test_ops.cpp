@@ -259,6 +259,11 @@ std::vector<OpCase> build_table() {
   row({"relu", {Nz({2, 3, 4})}, AX(relu(x[0])), RF(map(a[0], [](double v) { return v > 0 ? v : 0.0; }))});
   row({"relu_int64", {I({9}, -4, 4)}, AX(relu(x[0])), RF(map(a[0], [](double v) { return v > 0 ? v : 0.0; })), false});
   row({"gelu", {F({2, 3, 4}, -3, 3)}, AX(gelu(x[0])), RF(map(a[0], ref::gelu))});
+  // The tanh approximation (GPT's MLP): the cpu kernel's vectorised tanh, inputs past its
+  // clamp at |u| = 9 included.
+  row({"gelu_tanh", {F({2, 3, 5}, -7, 7)}, AX(gelu(x[0], "tanh")), RF(map(a[0], [](double v) {
+         return 0.5 * v * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (v + 0.044715 * v * v * v)));
+       }))});
   row({"sigmoid", {F({2, 3, 4}, -4, 4)}, AX(sigmoid(x[0])), RF(map(a[0], ref::sigmoid))});
   row({"tanh", {F({2, 3, 4}, -3, 3)}, AX(tanh(x[0])), RF(map(a[0], [](double v) { return std::tanh(v); }))});
   row({"sin", {F({2, 3, 4}, -3, 3)}, AX(sin(x[0])), RF(map(a[0], [](double v) { return std::sin(v); }))});
@@ -671,6 +676,9 @@ std::vector<OpCase> build_table() {
   const Shape wide{3, 65537}, sq{257, 257};
   row({"relu_big", {Nz(sq)}, AX(relu(x[0])), RF(map(a[0], [](double v) { return v > 0 ? v : 0.0; }))});
   row({"gelu_big", {F(wide, -3, 3)}, AX(gelu(x[0])), RF(map(a[0], ref::gelu))});
+  row({"gelu_tanh_big", {F(wide, -4, 4)}, AX(gelu(x[0], "tanh")), RF(map(a[0], [](double v) {
+         return 0.5 * v * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (v + 0.044715 * v * v * v)));
+       }))});
   row({"exp_big", {F(sq, -2, 2)}, AX(exp(x[0])), RF(map(a[0], [](double v) { return std::exp(v); }))});
   row({"add_broadcast_big", {F(wide), F({65537})}, AX(add(x[0], x[1])), RF(arith(a[0], a[1], std::plus<double>()))});
   row({"mul_broadcast_big", {F(sq), F({257, 1})}, AX(mul(x[0], x[1])), RF(arith(a[0], a[1], std::multiplies<double>()))});

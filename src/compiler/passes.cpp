@@ -1,5 +1,6 @@
 // The graph passes: dead-code elimination, common-subexpression elimination,
 // constant folding and algebraic simplification.
+#include <algorithm>
 #include <map>
 #include <sstream>
 
@@ -121,6 +122,59 @@ bool is_scalar_const(const Program& p, const Ref& r, double v) {
   return n.kind == NodeKind::Constant && n.constant.numel() == 1 && n.constant.item() == v;
 }
 
+// A sum of slice_backward values that tile their common input shape along one dim (step 1,
+// disjoint ranges covering it): the gradient of slicing one tensor into pieces, e.g. GPT's
+// packed qkv split into q, k, v. Returns the pieces' gradients in range order, or nothing.
+// As a sum it costs a zero-filled buffer per piece and an add per piece; as a cat one pass.
+std::vector<Ref> tiled_slice_backwards(const Program& p, const PNode& root, int64_t& dim_out) {
+  std::vector<std::pair<int64_t, Ref>> pieces;  // (start, grad)
+  std::vector<int64_t> ends;
+  const ops::Meta& out = root.outs[0];
+  std::vector<int64_t> key;  // dim + input_shape, shared by every piece
+  std::vector<Ref> stack{root.operands[0], root.operands[1]};
+  while (!stack.empty() && pieces.size() <= 64) {
+    const Ref r = stack.back();
+    stack.pop_back();
+    if (r.node < 0) return {};
+    const PNode& n = p.nodes[size_t(r.node)];
+    if (n.kind != NodeKind::Op || n.outs.size() != 1 || n.outs[0].shape != out.shape || n.outs[0].dtype != out.dtype)
+      return {};
+    if (n.op == OpKind::Add) {
+      stack.push_back(n.operands[0]);
+      stack.push_back(n.operands[1]);
+      continue;
+    }
+    if (n.op != OpKind::SliceBackward) return {};
+    const auto& a = n.attrs.ints;  // dim, start, end, step, input_shape...
+    if (a.size() < 4 || a[3] != 1 || a[2] <= a[1]) return {};
+    std::vector<int64_t> k{a[0]};
+    k.insert(k.end(), a.begin() + 4, a.end());
+    if (key.empty()) key = k;
+    else if (k != key) return {};
+    if (n.operands[0].node < 0) return {};
+    const ops::Meta& g = p.nodes[size_t(n.operands[0].node)].outs[size_t(n.operands[0].index)];
+    if (g.dtype != out.dtype) return {};
+    pieces.push_back({a[1], n.operands[0]});
+    ends.push_back(a[2]);
+  }
+  if (!stack.empty() || pieces.size() < 2 || key.empty()) return {};
+  const int64_t dim = key[0];
+  if (dim < 0 || dim >= int64_t(out.shape.size())) return {};
+  std::vector<size_t> order(pieces.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t x, size_t y) { return pieces[x].first < pieces[y].first; });
+  int64_t at = 0;
+  std::vector<Ref> grads;
+  for (size_t i : order) {
+    if (pieces[i].first != at) return {};  // a gap or an overlap
+    at = ends[i];
+    grads.push_back(pieces[i].second);
+  }
+  if (at != out.shape[size_t(dim)]) return {};
+  dim_out = dim;
+  return grads;
+}
+
 class AlgebraicSimplificationPass final : public Pass {
  public:
   const char* name() const override { return "algebraic-simplification"; }
@@ -148,6 +202,15 @@ class AlgebraicSimplificationPass final : public Pass {
         case OpKind::Add:
           if (is_scalar_const(p, o[1], 0.0) && same_meta(o[0])) forward_to(o[0]);
           else if (is_scalar_const(p, o[0], 0.0) && same_meta(o[1])) forward_to(o[1]);
+          else if (int64_t d = 0; !tiled_slice_backwards(p, n, d).empty()) {
+            // sum of slice_backward pieces tiling the input -> cat of the pieces (the adds
+            // and slice_backwards left without uses go at dce)
+            std::vector<Ref> grads = tiled_slice_backwards(p, n, d);
+            n.op = OpKind::Cat;
+            n.operands = std::move(grads);
+            n.attrs = {.ints = {d}};
+            changed = true;
+          }
           break;
         case OpKind::Sub:
           if (is_scalar_const(p, o[1], 0.0) && same_meta(o[0])) forward_to(o[0]);

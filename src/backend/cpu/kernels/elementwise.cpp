@@ -2,7 +2,10 @@
 // loop body runs either over a TensorIter (eager) or on one raw run of pointers
 // (elementwise_raw: the fused-elementwise kernel's tiles). Unary and binary ops bring their
 // own scalar math (OpDef::pointwise), so a new one needs no edit here.
+#include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstdint>
 
 #include "axle/ops.h"
 #include "backend/cpu/kernels/kernels.h"
@@ -42,7 +45,74 @@ struct RawExec {
 // ------------------------------------------------------------------ unary and binary
 // The loops are here; each op's scalar math is its own (OpDef::pointwise, written in
 // src/ops/elementwise.cpp), run once per 1-D run of elements.
+// GELU's tanh approximation, vectorised: libm's tanhf is one scalar call per element, and
+// gelu + gelu_backward over GPT's [B*T, 4C] MLP activations took a fifth of its training step.
+// tanh(u) = 1 - 2 / (exp(2u) + 1) with an exp the compiler vectorises: 2^n * e^r, n = round(x /
+// ln 2), |r| <= ln(2)/2, e^r by its Taylor polynomial to r^7 (truncation < 6e-9 relative).
+// u is clamped to [-9, 9] (tanh(9) is 1 in float32). GELU needs tanh's absolute error, which
+// is at most half exp's relative error: within 1e-7 of libm's.
+// The compiler vectorises these loops only without -ftrapping-math (its FP-exception model
+// keeps the clamp's compares and floor scalar); values are the same either way.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC push_options
+#pragma GCC optimize("no-trapping-math")
+#endif
+inline float exp_vec(float x) {
+  constexpr float kLog2e = 1.44269504088896341f, kLn2Hi = 0.693145751953125f, kLn2Lo = 1.42860682030941723e-6f;
+  const float n = __builtin_floorf(x * kLog2e + 0.5f);  // builtins: std:: wrappers, compiled outside the pragma, would not inline
+  const float r = (x - n * kLn2Hi) - n * kLn2Lo;
+  float q = 1.0f / 5040.0f;
+  q = q * r + 1.0f / 720.0f;
+  q = q * r + 1.0f / 120.0f;
+  q = q * r + 1.0f / 24.0f;
+  q = q * r + 1.0f / 6.0f;
+  q = q * r + 0.5f;
+  q = q * r + 1.0f;
+  q = q * r + 1.0f;
+  return q * __builtin_bit_cast(float, (static_cast<int32_t>(n) + 127) << 23);
+}
+
+inline float tanh_vec(float u) {
+  u = u > 9.0f ? 9.0f : (u < -9.0f ? -9.0f : u);
+  return 1.0f - 2.0f / (exp_vec(2.0f * u) + 1.0f);
+}
+
+constexpr float kSqrt2OverPi = 0.79788456080286536f, kGeluCubic = 0.044715f;
+
+void gelu_tanh_fast(DType ct, char** p, const int64_t* s, int64_t n, const Attrs& a) {
+  if (ct != DType::Float32 || !attr::Gelu::of(a).tanh || s[0] != 4 || s[1] != 4)
+    return op_def(OpKind::Gelu).pointwise(ct, p, s, n, a);
+  float* __restrict o = reinterpret_cast<float*>(p[0]);
+  const float* __restrict x = reinterpret_cast<const float*>(p[1]);
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = x[i];
+    o[i] = 0.5f * v * (1.0f + tanh_vec(kSqrt2OverPi * (v + kGeluCubic * v * v * v)));
+  }
+}
+
+void gelu_tanh_backward_fast(DType ct, char** p, const int64_t* s, int64_t n, const Attrs& a) {  // (grad, x)
+  if (ct != DType::Float32 || !attr::GeluBackward::of(a).tanh || s[0] != 4 || s[1] != 4 || s[2] != 4)
+    return op_def(OpKind::GeluBackward).pointwise(ct, p, s, n, a);
+  float* __restrict o = reinterpret_cast<float*>(p[0]);
+  const float* __restrict g = reinterpret_cast<const float*>(p[1]);
+  const float* __restrict x = reinterpret_cast<const float*>(p[2]);
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = x[i];
+    const float t = tanh_vec(kSqrt2OverPi * (v + kGeluCubic * v * v * v));
+    const float du = kSqrt2OverPi * (1.0f + 3.0f * kGeluCubic * v * v);
+    o[i] = g[i] * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * du);
+  }
+}
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC pop_options
+#endif
+
 PointwiseFn math_of(OpKind k) {
+  if (k == OpKind::Gelu) return gelu_tanh_fast;
+  if (k == OpKind::GeluBackward) return gelu_tanh_backward_fast;
   const PointwiseFn f = op_def(k).pointwise;
   AXLE_CHECK(f, "[", op_name(k), "] has no pointwise math registered");
   return f;
