@@ -416,3 +416,191 @@ TEST(Cli, FsdpSpmdShardsEveryParameter) {
     EXPECT_EQ(pb[k], 4 * kMlpParameters / 2) << "fsdp-spmd, device " << k << " (every dim splits evenly)";
   }
 }
+
+// ---------------------------------------------------------------------------------------
+// --model gpt: a tiny GPT (1 layer, 32 wide, context 16, batch 4) on a small text file the
+// test writes, a few steps per pattern; the patterns that must agree are compared step by
+// step.
+
+namespace {
+
+// About 12 KB of English-like text from a fixed word list and a linear congruential sequence
+// (the same bytes on every machine).
+std::string gpt_corpus_text() {
+  static const char* words[] = {"the", "cat", "sat", "on", "a", "mat", "and", "dog", "ran", "to",
+                                "tree", "in", "park", "by", "old", "house", "with", "red", "door", "we"};
+  std::string s;
+  uint32_t x = 7;
+  while (s.size() < 12000) {
+    const int n = 4 + static_cast<int>((x >> 24) % 6);
+    for (int k = 0; k < n; ++k) {
+      x = x * 1664525u + 1013904223u;
+      s += words[(x >> 16) % 20];
+      s += k + 1 < n ? " " : ".\n";
+    }
+  }
+  return s;
+}
+
+struct GptData {
+  TempDir dir;
+  std::string file = dir / "corpus.txt";
+  GptData() {
+    std::ofstream f(file);
+    f << gpt_corpus_text();
+  }
+};
+
+// The tiny model and run every gpt test shares (dropout 0: the patterns' randomness differs).
+std::string gpt_args(const GptData& d, int steps = 6, int batch = 4) {
+  return "--model gpt --n-layer 1 --n-embd 32 --block-size 16 --batch-size " + std::to_string(batch) +
+         " --dropout 0 --threads 1 "
+         "--warmup-steps 2 --eval-iters 2 --lr 1e-2 --min-lr 1e-3 --max-steps " +
+         std::to_string(steps) + " --data '" + d.file + "' ";
+}
+
+nlohmann::json gpt_run(const GptData& d, const std::string& extra, const std::string& json_name, int steps = 6,
+                       int batch = 4) {
+  const std::string json = d.dir / json_name;
+  const Result r = run_train(gpt_args(d, steps, batch) + extra + " --json '" + json + "'");
+  EXPECT_EQ(r.status, 0) << extra << "\n" << r.err << r.out;
+  if (r.status != 0) return nlohmann::json::object();
+  return nlohmann::json::parse(slurp(json));
+}
+
+std::vector<double> vec(const nlohmann::json& j, const char* key) {
+  return j.contains(key) ? j.at(key).get<std::vector<double>>() : std::vector<double>{};
+}
+
+void expect_close(const std::vector<double>& a, const std::vector<double>& b, double tol, const std::string& what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  ASSERT_FALSE(a.empty()) << what;
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], tol * std::max(1.0, std::abs(a[i]))) << what << " step " << i;
+}
+
+}  // namespace
+
+TEST(CliGpt, BadFlags) {
+  GptData d;
+  const std::string base = "--model gpt --data '" + d.file + "' ";
+  expect_usage_error(run_train(base + "--max-steps 2 --n-embd 30 --n-head 4"), "--n-embd 30 is not a multiple of --n-head 4");
+  expect_usage_error(run_train("--model mlp --n-layer 2 --max-steps 1"), "--n-layer applies to --model gpt only");
+  expect_usage_error(run_train("--model cnn --sample 5 --max-steps 1"), "--sample applies to --model gpt only");
+  expect_usage_error(run_train(base), "--model gpt needs --max-steps N or --epochs N");
+  expect_usage_error(run_train(base + "--max-steps 2 --prompt hi"), "--prompt needs --sample");
+  expect_usage_error(run_train(base + "--max-steps 2 --min-lr 0.1"), "--min-lr 0.1 is above --lr");
+  expect_usage_error(run_train(base + "--max-steps 2 --warmup-steps 5"), "--warmup-steps 5 is more than --max-steps 2");
+  expect_usage_error(run_train(base + "--max-steps 2 --dropout 1"), "--dropout");
+  expect_usage_error(run_train(base + "--max-steps 2 --accum-steps 0"), "--accum-steps");
+  expect_usage_error(run_train(base + "--max-steps 2 --optimizer sgd --weight-decay 0.2"), "--weight-decay needs --optimizer adamw");
+  expect_usage_error(run_train(base + "--max-steps 2 --pattern fsdp --devices 2 --sample 4"),
+                     "--sample is not available with --pattern fsdp");
+  expect_usage_error(run_train(base + "--max-steps 2 --pattern spmd --devices 2 --batch-size 3 --accum-steps 2"),
+                     "--batch-size 3 is not divisible by the 2 devices");
+  expect_usage_error(run_train(base + "--max-steps 1 --n-layer 1 --n-embd 32 --block-size 16 --sample 3 --prompt '€'"),
+                     "--prompt");
+  expect_usage_error(run_train(base + "--max-steps 1 --n-layer 1 --n-embd 32 --block-size 16 --top-k 1000"),
+                     "--top-k 1000 is more than the corpus's");
+  expect_usage_error(run_train(base + "--max-steps 1 --n-layer 1 --n-embd 32 --n-head 1 --block-size 16 "
+                                      "--pattern spmd --devices 2 --mesh model=2"),
+                     "--n-head 1 is not divisible by the model axis");
+  expect_usage_error(run_train("--model gpt --max-steps 1 --data '" + (d.dir / "none.txt") + "'"), "none.txt");
+}
+
+// single, compiled and eager trace or run the same arithmetic: the same losses, learning
+// rates and gradient norms within 1e-5; the loss goes down; the JSON has gpt's figures.
+TEST(CliGpt, SingleCompiledEagerAgreeAndLearn) {
+  GptData d;
+  const auto single = gpt_run(d, "--eval-every 3 --sample 20 --prompt 'the ' --top-k 5 --seed 3", "single.json");
+  const auto compiled = gpt_run(d, "--pattern compiled --seed 3", "compiled.json");
+  const auto eager = gpt_run(d, "--pattern eager --seed 3", "eager.json");
+  const auto ls = vec(single, "losses");
+  ASSERT_EQ(ls.size(), 6u);
+  expect_close(vec(compiled, "losses"), ls, 1e-5, "compiled losses");
+  expect_close(vec(eager, "losses"), ls, 1e-5, "eager losses");
+  expect_close(vec(compiled, "grad_norms"), vec(single, "grad_norms"), 1e-5, "compiled grad norms");
+  expect_close(vec(eager, "grad_norms"), vec(single, "grad_norms"), 1e-5, "eager grad norms");
+  // An untrained model's loss is near ln(vocabulary); six AdamW steps lower it.
+  const double vocab = single.at("gpt").at("vocab_size").get<double>();
+  EXPECT_NEAR(ls.front(), std::log(vocab), 0.3);
+  EXPECT_LT(ls.back(), ls.front() - 0.1);
+  EXPECT_LT(*std::min_element(ls.begin() + 3, ls.end()), ls.front() - 0.15);
+  // Warmup over 2 steps (lr / 2, lr), then cosine from 1e-2 (step 2) down toward 1e-3 at step 6.
+  const auto lrs = vec(single, "learning_rates");
+  ASSERT_EQ(lrs.size(), 6u);
+  EXPECT_NEAR(lrs[0], 5e-3, 1e-12);
+  EXPECT_NEAR(lrs[1], 1e-2, 1e-12);
+  EXPECT_NEAR(lrs[2], 1e-2, 1e-12);
+  for (size_t i = 3; i < lrs.size(); ++i) EXPECT_LT(lrs[i], lrs[i - 1]);
+  EXPECT_GT(lrs.back(), 1e-3);
+  for (double g : vec(single, "grad_norms")) EXPECT_GT(g, 0);
+  // Validation at step 3 and at the end.
+  EXPECT_EQ(single.at("val_steps"), nlohmann::json::parse("[3, 6]"));
+  EXPECT_EQ(vec(single, "val_losses").size(), 2u);
+  EXPECT_DOUBLE_EQ(single.at("val_loss").get<double>(), vec(single, "val_losses").back());
+  EXPECT_TRUE(single.at("test_accuracy").is_null());
+  EXPECT_GT(single.at("tokens_per_second").get<double>(), 0);
+  const std::string sample = single.at("sample");
+  EXPECT_EQ(sample.rfind("the ", 0), 0u) << sample;
+  EXPECT_EQ(sample.size(), 24u) << sample;  // ASCII: 4 + 20 characters
+}
+
+// The sample is printed, and the same seed gives the same text.
+TEST(CliGpt, SampleIsReproducible) {
+  GptData d;
+  const std::string args = gpt_args(d, 2) + "--sample 30 --prompt 'the cat' --temperature 0.8 --seed 5";
+  const Result a = run_train(args), b = run_train(args);
+  ASSERT_EQ(a.status, 0) << a.err;
+  ASSERT_EQ(b.status, 0) << b.err;
+  const size_t at = a.out.find("sample (30 characters");
+  ASSERT_NE(at, std::string::npos) << a.out;
+  EXPECT_NE(a.out.find("the cat", at), std::string::npos) << a.out;
+  EXPECT_EQ(a.out.substr(at, a.out.find("result:") - at), b.out.substr(at, b.out.find("result:") - at));
+}
+
+// Two micro-batches of 4 accumulated into one step are the step of one batch of 8 (the same
+// windows: the sampler's j-th index does not depend on the batch size).
+TEST(CliGpt, AccumulationEqualsTheBigBatch) {
+  GptData d;
+  const auto accum = gpt_run(d, "--accum-steps 2", "accum.json", 4);
+  const auto big = gpt_run(d, "", "big.json", 4, /*batch=*/8);
+  expect_close(vec(accum, "losses"), vec(big, "losses"), 1e-5, "losses");
+  expect_close(vec(accum, "grad_norms"), vec(big, "grad_norms"), 1e-5, "grad norms");
+}
+
+// The multi-process patterns on 2 ranks: ddp (gradients averaged in backward), multiprocess
+// (averaged by the step) and fsdp (reduce-scattered into shards) take the same steps; the
+// loader pattern on one process equals single.
+TEST(CliGpt, MultiProcessPatternsAgree) {
+  GptData d;
+  const auto ddp = gpt_run(d, "--pattern ddp --devices 2", "ddp.json", 4);
+  const auto mp = gpt_run(d, "--pattern multiprocess --devices 2", "mp.json", 4);
+  const auto fsdp = gpt_run(d, "--pattern fsdp --devices 2", "fsdp.json", 4);
+  EXPECT_EQ(ddp.value("world_size", 0), 2);
+  expect_close(vec(mp, "losses"), vec(ddp, "losses"), 1e-5, "multiprocess vs ddp");
+  expect_close(vec(fsdp, "losses"), vec(ddp, "losses"), 1e-5, "fsdp vs ddp");
+  expect_close(vec(fsdp, "grad_norms"), vec(ddp, "grad_norms"), 1e-5, "fsdp vs ddp grad norms");
+  const auto loader = gpt_run(d, "--pattern loader", "loader.json", 4);
+  const auto single = gpt_run(d, "", "single.json", 4);
+  expect_close(vec(loader, "losses"), vec(single, "losses"), 1e-5, "loader vs single");
+}
+
+// SPMD on 2 devices (one process, the same batches as single): data parallel, tensor
+// parallel (model=2) and fsdp-spmd take single's steps.
+TEST(CliGpt, SpmdPatternsAgreeWithSingle) {
+  GptData d;
+  const auto single = gpt_run(d, "", "single.json", 4);
+  const auto dp = gpt_run(d, "--pattern spmd --devices 2", "dp.json", 4);
+  const auto tp = gpt_run(d, "--pattern spmd --devices 2 --mesh model=2", "tp.json", 4);
+  const auto fs2 = gpt_run(d, "--pattern fsdp-spmd --devices 2", "fsdp2.json", 4);
+  expect_close(vec(dp, "losses"), vec(single, "losses"), 1e-5, "spmd data=2");
+  expect_close(vec(tp, "losses"), vec(single, "losses"), 1e-5, "spmd model=2");
+  expect_close(vec(fs2, "losses"), vec(single, "losses"), 1e-5, "fsdp-spmd");
+  // Megatron's split: qkv column-parallel (rows), proj row-parallel (columns), embeddings replicated.
+  ASSERT_TRUE(tp.contains("parameter_shardings"));
+  const auto& sh = tp.at("parameter_shardings");
+  EXPECT_EQ(sh.at("blocks.0.qkv.weight"), "{devices=[2,1]0,1}") << sh.dump();
+  EXPECT_EQ(sh.at("blocks.0.proj.weight"), "{devices=[1,2]0,1}") << sh.dump();
+  EXPECT_EQ(sh.at("tok.weight"), "{replicated}") << sh.dump();
+  EXPECT_GT(tp.at("collectives").at("per_step").at("all_reduce").get<double>(), 0) << tp.at("collectives").dump();
+}

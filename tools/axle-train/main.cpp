@@ -1,5 +1,5 @@
-// axle-train: trains a model on Fashion-MNIST with one of the seed's training-loop
-// patterns (docs: README.md, DESIGN.md "The CLI: axle-train").
+// axle-train: trains a model (mlp or cnn on Fashion-MNIST, gpt on text: docs/gpt.md) with one of the
+// seed's training-loop patterns (docs: README.md, DESIGN.md "The CLI: axle-train").
 //
 // stdout: configuration, epoch summaries, the result. stderr: progress and errors.
 // Exit status: 0 success, 2 bad flags / missing or corrupt data / unavailable option,
@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <future>
 #include <memory>
 #include <numeric>
@@ -34,6 +35,10 @@
 #include "axle/fsdp.h"
 #include "axle/xm.h"
 #include "axle/xs.h"
+#include "axle/data/text.h"
+#include "axle/models/gpt.h"
+#include "axle/nn/utils.h"
+#include "axle/optim/lr_scheduler.h"
 #include "models.h"
 #include "progress.h"
 
@@ -64,7 +69,33 @@ struct Config {
   std::string resume;    // checkpoint directory to resume from
   std::string init;      // safetensors weights to start from (e.g. written by PyTorch)
   double timeout = 300;  // rendezvous and collective timeout of the multi-process patterns, seconds
+  // --model gpt (docs/gpt.md); defaults that differ from mlp/cnn are applied in main().
+  int64_t n_layer = 4, n_head = 4, n_embd = 128, block_size = 128;
+  double dropout = 0.1;
+  double weight_decay = 0.1, beta1 = 0.9, beta2 = 0.95;
+  int64_t warmup_steps = 100;
+  bool warmup_given = false;  // an explicit --warmup-steps must fit in the run; the default is capped
+  double min_lr = 1e-4;
+  int64_t lr_decay_steps = 0;  // 0: the run's steps (--max-steps, else the epochs')
+  double grad_clip = 1.0;     // 0: no clipping (the norm is still measured)
+  int64_t accum_steps = 1;
+  int64_t eval_every = 0;     // 0: evaluate at the end only
+  int64_t eval_iters = 20;
+  int64_t sample = 0;
+  std::string prompt;
+  double temperature = 1.0;
+  int64_t top_k = 0;
+  bool epochs_given = false;
 };
+
+/// The flags only --model gpt reads (an error with mlp/cnn).
+const std::vector<std::string>& gpt_only_flags() {
+  static const std::vector<std::string> f{"--n-layer", "--n-head", "--n-embd", "--block-size", "--dropout",
+                                          "--weight-decay", "--beta1", "--beta2", "--warmup-steps", "--min-lr", "--lr-decay-steps",
+                                          "--grad-clip", "--accum-steps", "--eval-every", "--eval-iters",
+                                          "--sample", "--prompt", "--temperature", "--top-k"};
+  return f;
+}
 
 /// Checkpoint metadata: every step's loss up to the checkpoint (a JSON list).
 constexpr const char* kLossesKey = "axle-train.losses";
@@ -204,6 +235,38 @@ const std::vector<std::pair<std::string, std::string>>& collective_counters() {
   return names;
 }
 
+/// The devices one batch is split over under SPMD (the "data" or "fsdp" axis); 1 otherwise.
+int64_t batch_split(const Config& c) {
+  if (c.pattern == "fsdp-spmd") return c.devices;
+  if (c.pattern == "spmd") return std::max<int64_t>(1, parse_mesh(c).size("data"));
+  return 1;
+}
+
+void validate_gpt(const Config& c) {
+  if (c.n_embd % c.n_head != 0)
+    throw UsageError(fmt::format("--n-embd {} is not a multiple of --n-head {} (each head gets n_embd / n_head "
+                                 "features)", c.n_embd, c.n_head));
+  if (!(c.dropout >= 0 && c.dropout < 1)) throw UsageError(fmt::format("--dropout: expected 0 <= p < 1, got {}", c.dropout));
+  if (c.max_steps == 0 && !c.epochs_given)
+    throw UsageError("--model gpt needs --max-steps N or --epochs N (one epoch: as many tokens as the training split, "
+                     "docs/gpt.md)");
+  if (c.min_lr > c.lr) throw UsageError(fmt::format("--min-lr {} is above --lr {}: the cosine decays from --lr down to "
+                                                    "--min-lr", c.min_lr, c.lr));
+  if (c.warmup_given && c.lr_decay_steps == 0 && c.max_steps > 0 && c.warmup_steps > c.max_steps)
+    throw UsageError(fmt::format("--warmup-steps {} is more than --max-steps {}", c.warmup_steps, c.max_steps));
+  if (!(c.beta1 >= 0 && c.beta1 < 1) || !(c.beta2 >= 0 && c.beta2 < 1))
+    throw UsageError(fmt::format("--beta1 and --beta2: expected 0 <= beta < 1, got {} and {}", c.beta1, c.beta2));
+  if (!c.prompt.empty() && c.sample == 0) throw UsageError("--prompt needs --sample N (the characters to generate)");
+  if (c.sample > 0 && c.pattern == "fsdp")
+    throw UsageError("--sample is not available with --pattern fsdp (every rank holds only shards of the weights; "
+                     "use --pattern fsdp-spmd, or train with ddp)");
+  const int64_t split = batch_split(c);
+  if (c.batch_size % split != 0)
+    throw UsageError(fmt::format("--batch-size {} is not divisible by the {} devices that split each batch "
+                                 "(--pattern {}{})", c.batch_size, split, c.pattern,
+                                 c.accum_steps > 1 ? ", per micro-batch of --accum-steps" : ""));
+}
+
 void validate(const Config& c) {
   if (c.save_every > 0 && c.save.empty()) throw UsageError("--save-every needs --save DIR");
   if (c.device == "cpu" && c.pattern != "single")
@@ -218,6 +281,7 @@ void validate(const Config& c) {
     throw UsageError("--save and --resume are not available with --pattern fsdp (its checkpoints are per-rank "
                      "shard files: axle/fsdp_checkpoint.h, docs/fsdp.md)");
   if (c.pattern == "spmd") (void)parse_mesh(c);
+  if (c.model == "gpt") validate_gpt(c);
   if (!c.json.empty()) {
     const fs::path parent = fs::absolute(fs::path(c.json)).parent_path();
     std::error_code ec;
@@ -662,11 +726,493 @@ int run(const Config& cfg) {
   return 0;
 }
 
+
+// ---------------------------------------------------------------------------------------
+// --model gpt (docs/gpt.md): a character-level GPT on a text corpus. An epoch is as many
+// tokens as the training split: floor(train tokens / (block_size * batch_size * ranks))
+// micro-batches per rank (rounded down to a multiple of --accum-steps, at least one step),
+// each a batch of windows drawn at random (RandomWindowSampler: a pure function of the seed,
+// the rank, the epoch and the position, so a resumed run sees the same batches).
+
+/// Checkpoint metadata of gpt runs: the per-step learning rates and gradient norms and the
+/// validation history (a JSON object), next to kLossesKey.
+constexpr const char* kGptHistoryKey = "axle-train.gpt";
+
+struct GptStepOut {
+  Tensor loss, grad_norm;
+};
+
+int run_gpt(const Config& cfg) {
+  const int world = runtime::world_size(), rank = runtime::global_ordinal();
+  const bool master = rank == 0;
+  if (!master) std::freopen("/dev/null", "w", stdout);
+  if (cfg.threads > 0) omp_set_num_threads(cfg.threads);
+  else if (world > 1) omp_set_num_threads(std::max(1, omp_get_num_procs() / world));
+  const int threads = omp_get_max_threads();
+
+  const auto t_load = Clock::now();
+  const std::shared_ptr<data::TextCorpus> corpus = data::TextCorpus::from_path(cfg.data);
+  auto train_set = std::make_shared<data::TextWindows>(corpus, data::Split::Train, cfg.block_size);
+  auto val_set = std::make_shared<data::TextWindows>(corpus, data::Split::Val, cfg.block_size);
+  const double load_s = seconds_since(t_load);
+  std::vector<int64_t> prompt_ids;
+  if (!cfg.prompt.empty()) {
+    try {
+      prompt_ids = corpus->encode(cfg.prompt);
+    } catch (const axle::Error& e) {
+      throw UsageError("--prompt: " + std::string(e.what()));
+    }
+  }
+  if (cfg.top_k > corpus->vocab_size())
+    throw UsageError(fmt::format("--top-k {} is more than the corpus's {} characters", cfg.top_k, corpus->vocab_size()));
+
+  // Steps: micro-batches per epoch per rank, optimizer steps per epoch, the run's total.
+  const int64_t train_tokens = static_cast<int64_t>(corpus->tokens(data::Split::Train).size());
+  const int64_t micro_per_epoch =
+      std::max(cfg.accum_steps, train_tokens / (cfg.block_size * cfg.batch_size * world) / cfg.accum_steps * cfg.accum_steps);
+  const int64_t per_epoch = micro_per_epoch / cfg.accum_steps;
+  const int64_t total_steps = cfg.max_steps > 0 ? std::min(cfg.max_steps, per_epoch * cfg.epochs) : per_epoch * cfg.epochs;
+  const int64_t horizon = cfg.lr_decay_steps > 0 ? cfg.lr_decay_steps : total_steps;
+  if (cfg.warmup_given && cfg.warmup_steps > horizon)
+    throw UsageError(fmt::format("--warmup-steps {} is more than the schedule's {} steps", cfg.warmup_steps, horizon));
+  const int64_t warmup = std::min(cfg.warmup_steps, horizon);
+
+  manual_seed(cfg.seed);
+  models::GPTConfig gc{.vocab_size = corpus->vocab_size(), .block_size = cfg.block_size, .n_layer = cfg.n_layer,
+                       .n_head = cfg.n_head, .n_embd = cfg.n_embd, .dropout = cfg.dropout};
+  auto gpt = std::make_shared<models::GPT>(gc);
+  nn::ModulePtr model = gpt;
+  const int64_t num_parameters = model->num_parameters();
+  model->train();
+  if (!cfg.init.empty()) model->load_state_dict(axle::load(cfg.init).tensors);
+  const Device dev = Device::parse(cfg.device);
+
+  std::optional<xs::Mesh> mesh;
+  std::optional<xs::ShardingSpec> input_sharding;
+  MeshAxes mesh_axes;
+  if (spmd_pattern(cfg)) {
+    runtime::use_spmd();
+    if (cfg.pattern == "fsdp-spmd") mesh_axes = MeshAxes{{"fsdp"}, {cfg.devices}};
+    else mesh_axes = parse_mesh(cfg);
+    std::vector<int64_t> ids(static_cast<size_t>(cfg.devices));
+    std::iota(ids.begin(), ids.end(), int64_t{0});
+    mesh.emplace(ids, mesh_axes.sizes, mesh_axes.names);
+    const std::string batch_axis = mesh_axes.size("data") ? "data" : mesh_axes.size("fsdp") ? "fsdp" : "";
+    if (!batch_axis.empty()) input_sharding.emplace(*mesh, xs::PartitionSpec{batch_axis, xs::None});
+  }
+  model->to(dev);
+  if (mesh && mesh_axes.size("model")) {
+    if (cfg.n_head % mesh_axes.size("model") != 0)
+      throw UsageError(fmt::format("--mesh {}: --n-head {} is not divisible by the model axis ({}): tensor "
+                                   "parallelism splits the heads", mesh_text(mesh_axes), cfg.n_head,
+                                   mesh_axes.size("model")));
+    gpt->shard_tensor_parallel(*mesh, "model");
+  }
+  if (cfg.pattern == "eager") experimental::eager_mode(true);
+  nn::ModulePtr net = model;
+  std::shared_ptr<fsdp::XlaFullyShardedDataParallel> fsdp_model;
+  const auto block_policy = fsdp::transformer_auto_wrap_policy({"GPTBlock"});
+  if (cfg.pattern == "fsdp") {  // v1: one unit per GPTBlock; the root holds tok (tied head), pos and ln
+    dist::init_process_group("xla", "xla://");
+    fsdp::XlaFullyShardedDataParallelOptions o;
+    o.auto_wrap_policy = block_policy;
+    fsdp_model = std::make_shared<fsdp::XlaFullyShardedDataParallel>(model, o);
+    net = fsdp_model;
+  }
+  if (cfg.pattern == "fsdp-spmd") {
+    fsdp::SpmdFullyShardedDataParallelOptions o;
+    o.mesh = *mesh;
+    o.auto_wrap_policy = block_policy;
+    net = std::make_shared<fsdp::SpmdFullyShardedDataParallel>(model, o);
+  }
+
+  // AdamW with GPT's groups: decay on the matrices only. FSDP v1's optimizer holds the
+  // shards: a shard decays when every parameter it holds is a matrix.
+  std::vector<optim::ParamGroup> groups;
+  if (fsdp_model) {
+    std::map<std::string, bool> matrix_shard;
+    for (const auto& unit : fsdp_model->get_shard_metadata().params) {
+      bool all = true;
+      for (const Shape& s : unit.shapes) all = all && s.size() >= 2;
+      matrix_shard[unit.shard_name] = all;
+    }
+    std::vector<Tensor> decay, no_decay;
+    for (const auto& [name, p] : net->named_parameters()) (matrix_shard[name] ? decay : no_decay).push_back(p);
+    groups = {optim::ParamGroup(decay, -1, {{"weight_decay", cfg.weight_decay}}),
+              optim::ParamGroup(no_decay, -1, {{"weight_decay", 0.0}})};
+  } else {
+    groups = gpt->param_groups(cfg.weight_decay);
+  }
+  std::unique_ptr<optim::Optimizer> opt;
+  std::string opt_desc;
+  if (cfg.optimizer == "sgd") {
+    opt = std::make_unique<optim::SGD>(net->parameters(), optim::SGDOptions{.lr = cfg.lr, .momentum = cfg.momentum});
+    opt_desc = fmt::format("sgd (lr {}, momentum {})", cfg.lr, cfg.momentum);
+  } else {
+    opt = std::make_unique<optim::AdamW>(
+        groups, optim::AdamWOptions{.lr = cfg.lr, .beta1 = cfg.beta1, .beta2 = cfg.beta2, .weight_decay = cfg.weight_decay});
+    opt_desc = fmt::format("adamw (lr {}, betas {}/{}, weight decay {} on matrices)", cfg.lr, cfg.beta1, cfg.beta2,
+                           cfg.weight_decay);
+  }
+  optim::LambdaLR sched(*opt, optim::warmup_cosine(cfg.lr, warmup, horizon, cfg.min_lr));
+
+  auto sampler = std::make_shared<data::RandomWindowSampler>(train_set->size(), micro_per_epoch * cfg.batch_size,
+                                                             cfg.seed, world, rank);
+  data::DataLoader loader(train_set, {.batch_size = cfg.batch_size}, sampler);
+  std::shared_ptr<nn::parallel::DistributedDataParallel> ddp_model;
+  if (cfg.pattern == "ddp") {
+    dist::init_process_group("xla", "xla://");
+    ddp_model = std::make_shared<nn::parallel::DistributedDataParallel>(
+        model, nn::parallel::DistributedDataParallelOptions{.gradient_as_bucket_view = true});
+    net = ddp_model;
+  }
+  std::unique_ptr<pl::MpDeviceLoader> mp_loader;
+  if (cfg.pattern == "loader") mp_loader = std::make_unique<pl::MpDeviceLoader>(loader, dev);
+  if (spmd_pattern(cfg)) {
+    pl::MpDeviceLoaderOptions o;
+    if (input_sharding) o.input_sharding = *input_sharding;  // x and y: [B, T], split on B
+    mp_loader = std::make_unique<pl::MpDeviceLoader>(loader, dev, o);
+  }
+
+  // One optimizer step over accum_steps micro-batches: each micro-batch's loss / N is
+  // backpropagated (the gradients add up to the mean's), then the gradients are reduced
+  // (multiprocess), clipped in the graph and the optimizer steps. Returns the mean loss and
+  // the global gradient norm before clipping, both still on the device.
+  const int64_t V = corpus->vocab_size();
+  const double clip = cfg.grad_clip > 0 ? cfg.grad_clip : std::numeric_limits<double>::infinity();
+  auto micro_loss = [&](const Tensor& x, const Tensor& y) {
+    return cross_entropy(reshape((*net)(x), {-1, V}), reshape(y, {-1}));
+  };
+  auto step_fn = [&](const std::vector<Tensor>& xs, const std::vector<Tensor>& ys) -> GptStepOut {
+    const size_t n = xs.size();
+    opt->zero_grad();
+    Tensor total;
+    for (size_t k = 0; k < n; ++k) {
+      auto fwd_bwd = [&] {
+        Tensor l = micro_loss(xs[k], ys[k]);
+        (n > 1 ? div(l, double(n)) : l).backward();
+        Tensor d = l.detach();
+        total = total.defined() ? add(total, d) : d;
+      };
+      if (k + 1 < n && ddp_model) {
+        auto guard = ddp_model->no_sync();
+        fwd_bwd();
+      } else if (k + 1 < n && fsdp_model) {
+        auto guard = fsdp_model->no_sync();
+        fwd_bwd();
+      } else {
+        fwd_bwd();
+      }
+    }
+    const Tensor loss = n > 1 ? div(total, double(n)) : total;
+    if (cfg.pattern == "multiprocess" || cfg.pattern == "loader") {
+      // xm::optimizer_step's reduction, done here so that the clipping sees the mean gradients.
+      NoGradGuard no_grad;
+      std::vector<Tensor> params, grads;
+      for (const Tensor& p : opt->parameters())
+        if (p.grad().defined()) params.push_back(p), grads.push_back(p.grad());
+      if (world > 1 && !grads.empty()) {
+        std::vector<Tensor> reduced = dist::all_reduce(grads, dist::ReduceOp::Mean);
+        for (size_t i = 0; i < params.size(); ++i) params[i].set_grad(reduced[i]);
+      }
+    }
+    Tensor norm = fsdp_model ? fsdp_model->clip_grad_norm_(clip) : nn::utils::clip_grad_norm_(opt->parameters(), clip);
+    opt->step();
+    return {loss, norm};
+  };
+  auto compiled_step = axle::compile(step_fn, {.full_graph = true, .name = "train_step"});
+  auto train_step = [&](const std::vector<data::Example>& micro) -> GptStepOut {
+    std::vector<Tensor> xs, ys;
+    for (const data::Example& b : micro) {
+      xs.push_back(dev.is_cpu() ? b.data : b.data.to(dev));
+      ys.push_back(dev.is_cpu() ? b.target : b.target.to(dev));
+    }
+    if (dev.is_cpu()) return step_fn(xs, ys);
+    if (cfg.pattern == "compiled") return compiled_step(xs, ys);
+    auto step = axle::step();
+    return step_fn(xs, ys);
+  };
+
+  // Validation loss: the same eval_iters batches every time (the validation sampler's epoch 0),
+  // eval mode, no gradients; every rank computes it (FSDP's forwards are collectives).
+  auto val_sampler = std::make_shared<data::RandomWindowSampler>(val_set->size(), cfg.eval_iters * cfg.batch_size,
+                                                                 cfg.seed + 1);
+  data::DataLoader val_loader(val_set, {.batch_size = cfg.batch_size}, val_sampler);
+  auto evaluate_val = [&]() -> double {
+    net->eval();
+    NoGradGuard no_grad;
+    val_loader.set_epoch(0);
+    Tensor total;
+    int64_t n = 0;
+    for (const data::Example& b : val_loader) {
+      std::vector<Tensor> xy{b.data, b.target};
+      if (!dev.is_cpu()) xy = xm::send_cpu_data_to_device(xy, dev, input_sharding ? &*input_sharding : nullptr);
+      const Tensor l = micro_loss(xy[0], xy[1]);
+      total = total.defined() ? add(total, l) : l;
+      ++n;
+    }
+    if (!dev.is_cpu()) axle::sync();
+    net->train();
+    return n > 0 ? total.item() / double(n) : 0.0;
+  };
+
+  std::printf("axle-train: pattern %s, device %s, model gpt (%lld parameters: %lld layers, %lld heads, %lld wide, "
+              "context %lld, dropout %g), %s, batch %lld%s, %lld epoch%s of %lld steps%s, %d thread%s\n",
+              cfg.pattern.c_str(), cfg.device.c_str(), static_cast<long long>(num_parameters),
+              static_cast<long long>(cfg.n_layer), static_cast<long long>(cfg.n_head), static_cast<long long>(cfg.n_embd),
+              static_cast<long long>(cfg.block_size), cfg.dropout, opt_desc.c_str(),
+              static_cast<long long>(cfg.batch_size),
+              cfg.accum_steps > 1 ? fmt::format(" x {} accumulated", cfg.accum_steps).c_str() : "",
+              static_cast<long long>(cfg.epochs), cfg.epochs == 1 ? "" : "s", static_cast<long long>(per_epoch),
+              cfg.max_steps > 0 ? fmt::format(" (at most {} steps)", cfg.max_steps).c_str() : "", threads,
+              threads == 1 ? "" : "s");
+  std::printf("schedule: warmup %lld steps, cosine to lr %g at step %lld; grad clip %s\n",
+              static_cast<long long>(warmup), cfg.min_lr, static_cast<long long>(horizon),
+              cfg.grad_clip > 0 ? fmt::format("{}", cfg.grad_clip).c_str() : "off");
+  if (mesh)
+    std::printf("spmd: %d devices, mesh %s, input sharding %s\n", cfg.devices, mesh_text(mesh_axes).c_str(),
+                input_sharding ? fmt::format("({}, None)", input_sharding->partition_spec[0].items()[0]).c_str()
+                               : "none (replicated)");
+  std::printf("data: %s, %lld characters (%lld train / %lld validation), vocabulary %lld, in %.2f s\n",
+              cfg.data.c_str(), static_cast<long long>(train_tokens + corpus->tokens(data::Split::Val).size()),
+              static_cast<long long>(train_tokens), static_cast<long long>(corpus->tokens(data::Split::Val).size()),
+              static_cast<long long>(V), load_s);
+  std::fflush(stdout);
+
+  // History: per step (loss, lr, grad norm) and the validation points; a resumed run starts
+  // from the checkpoint's.
+  std::vector<double> losses, lrs, grad_norms, step_ms;
+  std::vector<int64_t> val_steps;
+  std::vector<double> val_losses;
+  size_t restored = 0;
+  std::vector<double> epoch_seconds;
+  double train_seconds = 0;
+  int64_t steps = 0, tokens = 0;
+  std::map<std::string, int64_t> collectives;
+  std::vector<int64_t> peaks;
+  int64_t start_epoch = 0, skip = 0;
+  if (!cfg.resume.empty()) {
+    Checkpoint ck = load_checkpoint(checkpoint_file(cfg.resume), {.model = model.get(), .optimizer = opt.get(),
+                                                                  .scheduler = &sched,
+                                                                  .generator = &default_generator()});
+    start_epoch = ck.epoch;
+    skip = ck.batch;
+    steps = ck.step;
+    auto it = ck.metadata.find(kGptHistoryKey);
+    AXLE_CHECK(it != ck.metadata.end(), "[axle-train] ", checkpoint_file(cfg.resume), ": no ", kGptHistoryKey,
+               " metadata: not a --model gpt checkpoint");
+    const auto j = nlohmann::json::parse(it->second, nullptr, /*allow_exceptions=*/false);
+    AXLE_CHECK(j.is_object(), "[axle-train] ", checkpoint_file(cfg.resume), ": metadata ", kGptHistoryKey,
+               " is not a JSON object");
+    losses = j.value("losses", std::vector<double>{});
+    lrs = j.value("lrs", std::vector<double>{});
+    grad_norms = j.value("grad_norms", std::vector<double>{});
+    val_steps = j.value("val_steps", std::vector<int64_t>{});
+    val_losses = j.value("val_losses", std::vector<double>{});
+    restored = losses.size();
+    std::printf("resumed from %s at epoch %lld, step %lld of the epoch, step %lld\n",
+                checkpoint_file(cfg.resume).c_str(), static_cast<long long>(start_epoch + 1),
+                static_cast<long long>(skip), static_cast<long long>(steps));
+  }
+  auto save = [&](int64_t epoch, int64_t batch) {
+    if (cfg.save.empty()) return;
+    if (master) fs::create_directories(cfg.save);
+    if (batch == per_epoch) ++epoch, batch = 0;
+    nlohmann::json h;
+    h["losses"] = losses;
+    h["lrs"] = lrs;
+    h["grad_norms"] = grad_norms;
+    h["val_steps"] = val_steps;
+    h["val_losses"] = val_losses;
+    save_checkpoint(checkpoint_file(cfg.save),
+                    {.model = model.get(), .optimizer = opt.get(), .scheduler = &sched,
+                     .generator = &default_generator(), .epoch = epoch, .batch = batch, .step = steps,
+                     .metadata = {{kLossesKey, nlohmann::json(losses).dump()}, {kGptHistoryKey, h.dump()}}});
+  };
+  auto validate_now = [&] {
+    const double v = evaluate_val();
+    val_steps.push_back(steps);
+    val_losses.push_back(v);
+    std::printf("step %lld: val loss %.4f\n", static_cast<long long>(steps), v);
+    std::fflush(stdout);
+  };
+
+  for (int64_t epoch = start_epoch; epoch < cfg.epochs; ++epoch) {
+    if (steps >= total_steps) break;
+    const int64_t first_step = epoch == start_epoch ? skip : 0;
+    const int64_t planned = std::min(per_epoch - first_step, total_steps - steps);
+    axle_train::Progress progress(fmt::format("epoch {}/{}", epoch + 1, cfg.epochs), planned, master);
+    progress.set_units(double(cfg.batch_size * cfg.accum_steps * cfg.block_size * world), "tok/s");
+    loader.set_epoch(epoch);
+    const auto t_epoch = Clock::now();
+    const size_t first = losses.size();
+    int64_t done = 0;
+    double eval_s = 0;  // validation inside the epoch, not counted as training time
+    auto run_epoch = [&](auto& source) {
+      auto it = source.begin();
+      for (int64_t b = 0; b < first_step * cfg.accum_steps && it != source.end(); ++b) ++it;  // resume
+      std::vector<data::Example> micro;
+      while (done < planned && it != source.end()) {
+        micro.push_back(*it);
+        if (static_cast<int64_t>(micro.size()) < cfg.accum_steps) {
+          ++it;
+          continue;
+        }
+        const double lr = sched.get_last_lr();
+        const auto t0 = Clock::now();
+        const GptStepOut out = train_step(micro);
+        micro.clear();
+        const double l = out.loss.item(), g = out.grad_norm.item();
+        step_ms.push_back(1e3 * seconds_since(t0));
+        sched.step();
+        losses.push_back(l);
+        lrs.push_back(lr);
+        grad_norms.push_back(g);
+        tokens += cfg.batch_size * cfg.accum_steps * cfg.block_size;
+        ++steps;
+        progress.update(++done, l);
+        if (cfg.eval_every > 0 && steps % cfg.eval_every == 0 && steps < total_steps) {
+          const auto te = Clock::now();
+          validate_now();
+          eval_s += seconds_since(te);
+        }
+        if (cfg.save_every > 0 && steps % cfg.save_every == 0) save(epoch, first_step + done);
+        if (done == planned) break;  // not ++it: no batch fetched beyond the last step's
+        ++it;
+      }
+    };
+    std::map<std::string, int64_t> before;
+    for (const auto& [key, counter] : collective_counters()) before[key] = metrics::counter_value(counter);
+    if (mp_loader) run_epoch(*mp_loader);
+    else run_epoch(loader);
+    for (const auto& [key, counter] : collective_counters()) collectives[key] += metrics::counter_value(counter) - before[key];
+    progress.finish();
+    save(epoch, first_step + done);
+    const double es = seconds_since(t_epoch) - eval_s;
+    epoch_seconds.push_back(es);
+    train_seconds += es;
+    if (peaks.empty()) peaks = peak_bytes(dev, mesh ? cfg.devices : 0);
+    const double mean_loss = std::accumulate(losses.begin() + static_cast<std::ptrdiff_t>(first), losses.end(), 0.0) /
+                             double(std::max<size_t>(1, losses.size() - first));
+    std::printf("epoch %lld/%lld: %lld steps, mean loss %.4f, %.2f s (%.2f ms/step median)\n",
+                static_cast<long long>(epoch + 1), static_cast<long long>(cfg.epochs), static_cast<long long>(done),
+                mean_loss, es, median(std::vector<double>(step_ms.begin() + static_cast<std::ptrdiff_t>(first - restored), step_ms.end())));
+    std::fflush(stdout);
+  }
+  // The final validation loss (what test_accuracy is to mlp/cnn).
+  if (val_steps.empty() || val_steps.back() != steps) validate_now();
+  const double val_loss = val_losses.back();
+
+  // Sampling: on a cpu copy of the trained weights (eagerly, one token at a time), from a
+  // generator seeded with --seed: the same seed and weights give the same text.
+  std::string sample_text;
+  if (cfg.sample > 0) {
+    std::string text;
+    models::GPT sampler_model(gc);
+    nn::StateDict sd;
+    for (const auto& [name, t] : model->state_dict()) sd.emplace_back(name, t.to(Device(kCPU)));
+    sampler_model.load_state_dict(sd);
+    Generator gen(cfg.seed);
+    const std::vector<int64_t> ids = sampler_model.generate(prompt_ids, cfg.sample, cfg.temperature, cfg.top_k, gen);
+    sample_text = corpus->decode(ids);
+    std::printf("sample (%lld characters after the prompt, temperature %g, top-k %lld):\n%s\n",
+                static_cast<long long>(cfg.sample), cfg.temperature, static_cast<long long>(cfg.top_k),
+                sample_text.c_str());
+  }
+
+  const double med = median(step_ms);
+  const double tps = train_seconds > 0 ? double(tokens) * world / train_seconds : 0;
+  const double final_loss = losses.empty() ? 0 : losses.back();
+  std::printf("result: %lld steps, final loss %.4f, val loss %.4f, train %.2f s, median step %.2f ms, %.0f tokens/s\n",
+              static_cast<long long>(steps), final_loss, val_loss, train_seconds, med, tps);
+  std::fflush(stdout);
+
+  DeviceMemory memory;
+  if (!cfg.json.empty()) {
+    if (peaks.empty()) peaks = peak_bytes(dev, mesh ? cfg.devices : 0);
+    memory = device_memory(*opt, peaks, mesh.has_value());
+    if (world > 1) memory = gather_ranks(memory);
+  }
+  if (!cfg.json.empty() && master) {
+    nlohmann::ordered_json j;
+    j["pattern"] = cfg.pattern;
+    j["device"] = cfg.device;
+    j["model"] = cfg.model;
+    j["parameters"] = num_parameters;
+    j["gpt"] = {{"n_layer", cfg.n_layer}, {"n_head", cfg.n_head}, {"n_embd", cfg.n_embd},
+                {"block_size", cfg.block_size}, {"dropout", cfg.dropout}, {"vocab_size", V}};
+    j["data"] = cfg.data;
+    j["train_tokens"] = train_tokens;
+    j["world_size"] = world;
+    j["epochs"] = cfg.epochs;
+    j["steps_per_epoch"] = per_epoch;
+    j["steps"] = steps;
+    j["batch_size"] = cfg.batch_size;
+    j["accum_steps"] = cfg.accum_steps;
+    j["optimizer"] = cfg.optimizer;
+    j["lr"] = cfg.lr;
+    j["min_lr"] = cfg.min_lr;
+    j["warmup_steps"] = warmup;
+    j["weight_decay"] = cfg.weight_decay;
+    j["betas"] = {cfg.beta1, cfg.beta2};
+    j["grad_clip"] = cfg.grad_clip;
+    j["momentum"] = cfg.momentum;
+    j["seed"] = cfg.seed;
+    j["threads"] = threads;
+    j["final_loss"] = final_loss;
+    j["losses"] = losses;
+    j["restored_losses"] = restored;
+    j["learning_rates"] = lrs;
+    j["grad_norms"] = grad_norms;
+    j["val_steps"] = val_steps;
+    j["val_losses"] = val_losses;
+    j["val_loss"] = val_loss;        // gpt's final figure, in place of test_accuracy
+    j["test_accuracy"] = nullptr;    // does not apply to a language model
+    j["sample"] = sample_text;
+    j["prompt"] = cfg.prompt;
+    j["train_seconds"] = train_seconds;
+    j["epoch_seconds"] = epoch_seconds;
+    j["data_load_seconds"] = load_s;
+    j["median_step_ms"] = med;
+    j["step_ms"] = step_ms;
+    j["tokens_per_second"] = tps;
+    j["samples_per_second"] = train_seconds > 0 ? tps / double(cfg.block_size) : 0.0;  // windows per second
+    j["devices"] = memory.peak.size();
+    j["peak_bytes_per_device"] = memory.peak;
+    j["parameter_bytes_per_device"] = memory.parameters;
+    j["gradient_bytes_per_device"] = memory.gradients;
+    j["optimizer_bytes_per_device"] = memory.optimizer;
+    std::vector<int64_t> state_bytes(memory.peak.size());
+    for (size_t k = 0; k < state_bytes.size(); ++k)
+      state_bytes[k] = memory.parameters[k] + memory.gradients[k] + memory.optimizer[k];
+    j["training_state_bytes_per_device"] = state_bytes;
+    if (mesh) {
+      j["mesh"] = nlohmann::ordered_json::object();
+      for (size_t i = 0; i < mesh_axes.names.size(); ++i) j["mesh"][mesh_axes.names[i]] = mesh_axes.sizes[i];
+      const int64_t trained = static_cast<int64_t>(losses.size() - restored);
+      j["collectives"] = nlohmann::ordered_json::object();
+      j["collectives"]["steps"] = trained;
+      j["collectives"]["per_step"] = nlohmann::ordered_json::object();
+      for (const auto& [key, counter] : collective_counters())
+        j["collectives"]["per_step"][key] = trained > 0 ? double(collectives[key]) / double(trained) : 0.0;
+      j["collectives"]["total"] = collectives;
+      j["parameter_shardings"] = nlohmann::ordered_json::object();
+      for (const auto& [name, p] : model->named_parameters()) j["parameter_shardings"][name] = xs::get_sharding_spec(p);
+    }
+    j["counters"] = nlohmann::ordered_json::object();
+    for (const auto& [name, v] : metrics::counters()) j["counters"][name] = v;
+    j["metrics"] = nlohmann::ordered_json::object();
+    for (const auto& [name, ms] : metrics::timers_ms()) j["metrics"][name] = ms;
+    write_json(cfg.json, j);
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   Config cfg;
-  CLI::App app{"axle-train: train a model on Fashion-MNIST with one of the PyTorch/XLA training-loop patterns",
+  CLI::App app{"axle-train: train a model (mlp or cnn on Fashion-MNIST, gpt on text) with one of the PyTorch/XLA training-loop patterns",
                "axle-train"};
   app.add_option("--pattern", cfg.pattern, "training-loop pattern")
       ->check(CLI::IsMember({"single", "multiprocess", "ddp", "compiled", "loader", "eager", "spmd", "fsdp", "fsdp-spmd"}))
@@ -687,7 +1233,7 @@ int main(int argc, char** argv) {
                  "--pattern spmd: mesh axes and sizes, data=N (default: data=--devices) or data=2,model=2 "
                  "(model: tensor-parallel linear layers)");
   app.add_option("--threads", cfg.threads, "CPU threads (default: all cores)")->check(positive<int>());
-  app.add_option("--data", cfg.data, "directory of the Fashion-MNIST IDX files")->capture_default_str();
+  app.add_option("--data", cfg.data, "mlp/cnn: directory of the Fashion-MNIST IDX files; gpt: a UTF-8 text file or a directory of them (default /usr/share/games/fortunes)")->capture_default_str();
   app.add_option("--json", cfg.json, "write the result as one JSON object to this file");
   app.add_option("--save", cfg.save, "write checkpoints (DIR/checkpoint.safetensors) at each epoch end");
   app.add_option("--save-every", cfg.save_every, "also checkpoint every N steps")->check(positive<int64_t>());
@@ -696,6 +1242,36 @@ int main(int argc, char** argv) {
       ->check(positive<double>())
       ->capture_default_str();
   app.add_option("--init", cfg.init, "start from these weights (safetensors, by parameter name; e.g. from PyTorch)");
+  // --model gpt (docs/gpt.md)
+  app.add_option("--n-layer", cfg.n_layer, "gpt: transformer blocks")->check(positive<int64_t>())->capture_default_str();
+  app.add_option("--n-head", cfg.n_head, "gpt: attention heads")->check(positive<int64_t>())->capture_default_str();
+  app.add_option("--n-embd", cfg.n_embd, "gpt: embedding width (a multiple of --n-head)")->check(positive<int64_t>())->capture_default_str();
+  app.add_option("--block-size", cfg.block_size, "gpt: context length in characters")->check(positive<int64_t>())->capture_default_str();
+  app.add_option("--dropout", cfg.dropout, "gpt: dropout probability")->capture_default_str();
+  app.add_option("--weight-decay", cfg.weight_decay, "gpt: AdamW weight decay of the matrices (vectors: none)")
+      ->check(CLI::Range(0.0, 1e9))->capture_default_str();
+  app.add_option("--beta1", cfg.beta1, "gpt: AdamW beta1")->capture_default_str();
+  app.add_option("--beta2", cfg.beta2, "gpt: AdamW beta2")->capture_default_str();
+  app.add_option("--warmup-steps", cfg.warmup_steps, "gpt: linear warmup steps (default capped at the run's steps)")
+      ->check(CLI::Range(int64_t{0}, std::numeric_limits<int64_t>::max()))->capture_default_str();
+  app.add_option("--min-lr", cfg.min_lr, "gpt: learning rate at the end of the cosine decay")
+      ->check(CLI::Range(0.0, 1e9))->capture_default_str();
+  app.add_option("--lr-decay-steps", cfg.lr_decay_steps,
+                 "gpt: the step the cosine reaches --min-lr (default: the run's steps; set it to stop and resume "
+                 "a run on the same schedule)")
+      ->check(positive<int64_t>());
+  app.add_option("--grad-clip", cfg.grad_clip, "gpt: clip the gradients' global norm to this (0: no clipping)")
+      ->check(CLI::Range(0.0, 1e9))->capture_default_str();
+  app.add_option("--accum-steps", cfg.accum_steps, "gpt: micro-batches of --batch-size per optimizer step")
+      ->check(positive<int64_t>())->capture_default_str();
+  app.add_option("--eval-every", cfg.eval_every, "gpt: validation loss every N steps (and at the end)")->check(positive<int64_t>());
+  app.add_option("--eval-iters", cfg.eval_iters, "gpt: validation batches per evaluation")->check(positive<int64_t>())->capture_default_str();
+  app.add_option("--sample", cfg.sample, "gpt: generate N characters after training")
+      ->check(CLI::Range(int64_t{0}, std::numeric_limits<int64_t>::max()));
+  app.add_option("--prompt", cfg.prompt, "gpt: text the sample continues (characters of the corpus)");
+  app.add_option("--temperature", cfg.temperature, "gpt: sampling temperature")->check(positive<double>())->capture_default_str();
+  app.add_option("--top-k", cfg.top_k, "gpt: sample from the k most likely characters (0: all)")
+      ->check(CLI::Range(int64_t{0}, std::numeric_limits<int64_t>::max()))->capture_default_str();
 
   try {
     app.parse(argc, argv);
@@ -707,6 +1283,23 @@ int main(int argc, char** argv) {
     return fail(e.what(), 2);
   }
   try {
+    if (cfg.model == "gpt") {
+      // gpt's own defaults where the flag was not given.
+      if (!app.count("--data")) cfg.data = "/usr/share/games/fortunes";
+      if (!app.count("--batch-size")) cfg.batch_size = 32;
+      if (!app.count("--optimizer")) cfg.optimizer = "adamw";
+      if (!app.count("--lr")) cfg.lr = 1e-3;
+      cfg.warmup_given = app.count("--warmup-steps") > 0;
+      cfg.epochs_given = app.count("--epochs") > 0;
+      if (app.count("--momentum") && cfg.optimizer != "sgd") throw UsageError("--momentum needs --optimizer sgd");
+      if ((app.count("--beta1") || app.count("--beta2")) && cfg.optimizer != "adamw")
+        throw UsageError("--beta1 and --beta2 need --optimizer adamw");
+      if (app.count("--weight-decay") && cfg.optimizer != "adamw")
+        throw UsageError("--weight-decay needs --optimizer adamw (the gpt default)");
+    } else {
+      for (const std::string& f : gpt_only_flags())
+        if (app.count(f)) throw UsageError(f + " applies to --model gpt only (got --model " + cfg.model + ")");
+    }
     validate(cfg);
     if (spmd_pattern(cfg)) {
       // The virtual devices of this process (read by the runtime at its first use).
@@ -716,9 +1309,10 @@ int main(int argc, char** argv) {
         throw UsageError(fmt::format("--devices {} disagrees with AXLE_CPU_DEVICES={}", cfg.devices, set));
       ::setenv("AXLE_CPU_DEVICES", n.c_str(), 1);
     }
-    if (!multi_process(cfg)) return run(cfg);
+    auto run_model = [](const Config& c) { return c.model == "gpt" ? run_gpt(c) : run(c); };
+    if (!multi_process(cfg)) return run_model(cfg);
     int status = 0;
-    axle::launch([&](int) { status = run(cfg); }, {.nprocs = cfg.devices, .timeout_s = cfg.timeout});
+    axle::launch([&](int) { status = run_model(cfg); }, {.nprocs = cfg.devices, .timeout_s = cfg.timeout});
     return status;
   } catch (const UsageError& e) {
     return fail(e.what(), 2);

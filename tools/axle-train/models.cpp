@@ -10,7 +10,7 @@ namespace axle_train {
 using namespace axle::nn;
 
 const std::vector<std::string>& model_names() {
-  static const std::vector<std::string> names{"mlp", "cnn"};
+  static const std::vector<std::string> names{"mlp", "cnn", "gpt"};
   return names;
 }
 
@@ -27,7 +27,7 @@ ModulePtr make_model(const std::string& name) {
         std::make_shared<ReLU>(), std::make_shared<MaxPool2d>(2), std::make_shared<Flatten>(),
         std::make_shared<Linear>(3136, 128), std::make_shared<ReLU>(), std::make_shared<Linear>(128, 10)});
   }
-  AXLE_FAIL("[axle-train] unknown model '", name, "': expected mlp or cnn");
+  AXLE_FAIL("[axle-train] unknown model '", name, "': expected mlp or cnn (gpt is axle::models::GPT, built from its flags)");
 }
 
 }  // namespace axle_train

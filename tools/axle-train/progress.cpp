@@ -49,21 +49,27 @@ void Progress::draw(int64_t done, bool final) {
   const double ms = done > 0 ? 1e3 * el / done : 0;
   const double eta = done > 0 ? el / done * (total_ - done) : NAN;
   const std::string loss = have_loss_ ? fmt::format("{:.4f}", loss_avg_) : "-";
+  const std::string rate = per_step_ > 0 && el > 0 ? fmt::format(" {:.0f} {}", per_step_ * done / el, unit_) : "";
   if (tty_) {
     constexpr int kWidth = 30;
     const int fill = total_ > 0 ? static_cast<int>(kWidth * std::min<int64_t>(done, total_) / total_) : 0;
     std::string bar(fill, '=');
     if (fill < kWidth) bar += '>' + std::string(kWidth - fill - 1, ' ');
-    std::fprintf(stderr, "\r\033[K%s [%s] %lld/%lld loss %s %.1f ms/step ETA %s", label_.c_str(), bar.c_str(),
-                 static_cast<long long>(done), static_cast<long long>(total_), loss.c_str(), ms,
+    std::fprintf(stderr, "\r\033[K%s [%s] %lld/%lld loss %s %.1f ms/step%s ETA %s", label_.c_str(), bar.c_str(),
+                 static_cast<long long>(done), static_cast<long long>(total_), loss.c_str(), ms, rate.c_str(),
                  eta_str(eta).c_str());
     if (final) std::fputs("\r\033[K", stderr);
   } else if (!final) {
-    std::fprintf(stderr, "%s step %lld/%lld loss %s %.1f ms/step ETA %s\n", label_.c_str(),
-                 static_cast<long long>(done), static_cast<long long>(total_), loss.c_str(), ms,
+    std::fprintf(stderr, "%s step %lld/%lld loss %s %.1f ms/step%s ETA %s\n", label_.c_str(),
+                 static_cast<long long>(done), static_cast<long long>(total_), loss.c_str(), ms, rate.c_str(),
                  eta_str(eta).c_str());
   }
   std::fflush(stderr);
+}
+
+void Progress::set_units(double per_step, std::string unit) {
+  per_step_ = per_step;
+  unit_ = std::move(unit);
 }
 
 void Progress::finish() {

@@ -14,6 +14,8 @@ class Progress {
   ~Progress();
   /// Reports step `done` (1-based) with the latest loss.
   void update(int64_t done, double loss);
+  /// Also show a throughput: `per_step` items per step, shown as "<rate> <unit>" (e.g. tok/s).
+  void set_units(double per_step, std::string unit);
   /// Ends the phase (clears the live bar).
   void finish();
 
@@ -28,6 +30,8 @@ class Progress {
   bool have_loss_ = false;
   std::chrono::steady_clock::time_point start_, last_draw_;
   bool enabled_ = true;
+  double per_step_ = 0;
+  std::string unit_;
 };
 
 }  // namespace axle_train
