@@ -566,7 +566,7 @@ std::vector<OpCase> build_table() {
   row({"tril_diagonal", {F({3, 4})}, AX(tril(x[0], -1)), RF(ref_tri(a[0], -1, true))});
   row({"triu", {F({2, 4, 5})}, AX(triu(x[0])), RF(ref_tri(a[0], 0, false))});
   row({"triu_diagonal", {F({4, 3})}, AX(triu(x[0], 2)), RF(ref_tri(a[0], 2, false))});
-  row({"gelu_tanh", {F({2, 3, 4}, -3, 3)}, AX(gelu(x[0], "tanh")), RF(map(a[0], gelu_tanh))});
+  row({"gelu_tanh_ref", {F({2, 3, 4}, -3, 3)}, AX(gelu(x[0], "tanh")), RF(map(a[0], gelu_tanh))});
 
   // ---------------------------------------------------------------- normalization
   // Inputs: x, weight, bias, running_mean, running_var. Outputs: y, then the running stats after the call.
