@@ -742,7 +742,7 @@ struct GptStepOut {
   Tensor loss, grad_norm;
 };
 
-int run_gpt(const Config& cfg) {
+int run_gpt(Config cfg) {  // by value: --max-steps alone sets the epochs below
   const int world = runtime::world_size(), rank = runtime::global_ordinal();
   const bool master = rank == 0;
   if (!master) std::freopen("/dev/null", "w", stdout);
@@ -771,6 +771,8 @@ int run_gpt(const Config& cfg) {
   const int64_t micro_per_epoch =
       std::max(cfg.accum_steps, train_tokens / (cfg.block_size * cfg.batch_size * world) / cfg.accum_steps * cfg.accum_steps);
   const int64_t per_epoch = micro_per_epoch / cfg.accum_steps;
+  // --max-steps without --epochs: as many epochs as those steps need (not one epoch's worth).
+  if (cfg.max_steps > 0 && !cfg.epochs_given) cfg.epochs = (cfg.max_steps + per_epoch - 1) / per_epoch;
   const int64_t total_steps = cfg.max_steps > 0 ? std::min(cfg.max_steps, per_epoch * cfg.epochs) : per_epoch * cfg.epochs;
   const int64_t horizon = cfg.lr_decay_steps > 0 ? cfg.lr_decay_steps : total_steps;
   if (cfg.warmup_given && cfg.warmup_steps > horizon)
