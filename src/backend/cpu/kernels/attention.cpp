@@ -17,6 +17,7 @@
 
 #include "axle/generator.h"
 #include "backend/cpu/kernels/kernels.h"
+#include "backend/cpu/kernels/vexp.h"
 #include "backend/cpu/loops.h"
 #include "core/parallel.h"
 #include "ops/kernels.h"
@@ -37,17 +38,7 @@ inline float fexp(float x) {
   const int32_t xb = __builtin_bit_cast(int32_t, x), lim = __builtin_bit_cast(int32_t, -87.5f);
   const int32_t under = -int32_t((xb < 0) & (xb > lim));  // all ones where x < -87.5
   const float xc = __builtin_bit_cast(float, (lim & under) | (xb & ~under));
-  const float n = (xc * 1.44269504088896341f + 12582912.f) - 12582912.f;  // round to nearest
-  float r = xc - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  float y = p * r * r + r + 1.0f;
-  y *= __builtin_bit_cast(float, (int32_t(n) + 127) << 23);
+  float y = exp_clamped(xc);
   return __builtin_bit_cast(float, __builtin_bit_cast(int32_t, y) & ~under);
 }
 

@@ -12,6 +12,7 @@
 
 #include "axle/ops.h"
 #include "backend/cpu/kernels/kernels.h"
+#include "backend/cpu/kernels/vexp.h"
 #include "backend/cpu/loops.h"
 #include "ops/kernels.h"
 #include "ops/op.h"
@@ -96,17 +97,7 @@ float pairwise_sum(const float* p, int64_t n) {
 inline float vexp(float x) {
   float xc = x < -87.5f ? -87.5f : x;
   xc = xc > 88.5f ? 88.5f : xc;
-  const float n = (xc * 1.44269504088896341f + 12582912.f) - 12582912.f;  // round to nearest
-  float r = xc - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  float y = p * r * r + r + 1.0f;
-  y *= __builtin_bit_cast(float, (int32_t(n) + 127) << 23);
+  float y = exp_clamped(xc);
   y = x < -87.5f ? 0.f : y;
   y = x > 88.5f ? std::numeric_limits<float>::infinity() : y;
   return x != x ? x : y;
