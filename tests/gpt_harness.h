@@ -69,7 +69,11 @@ inline void expect_same(const TrainRun& got, const TrainRun& want, double tol, c
     ASSERT_EQ(g.size(), w.size()) << what << ": " << name;
     double worst = 0;
     for (size_t i = 0; i < w.size(); ++i) worst = std::max(worst, std::abs(double(g[i]) - w[i]) / (1 + std::abs(w[i])));
-    EXPECT_LT(worst, tol) << what << ": parameter " << name;
+    // 4x the loss tolerance: AdamW divides by sqrt(v), so a parameter whose gradient is near 0
+    // (a bias late in training) moves by about lr whatever the gradient's rounding, and the
+    // float32 summation order differs between layouts (measured: 1.26e-5 for blocks.1.qkv.bias
+    // on data=2,model=2 in the -O1 sanitizer build; under 1e-5 in the Release build).
+    EXPECT_LT(worst, 4 * tol) << what << ": parameter " << name;
   }
 }
 
