@@ -14,6 +14,8 @@
 #      make train TRAIN_ARGS="--max-steps 50"
 #      make test CTEST_ARGS="-R <quick suites>"
 #    A package missing from scripts/install-deps.sh fails the build or a test there.
+#    AXLE_FRESH_CTEST=. runs the whole suite instead, and AXLE_FRESH_REPEAT=1 adds
+#    `make test-repeat` (CI does both: one Release build serves all three).
 #
 # Needs root (debootstrap, chroot, mount); runs itself in a private mount namespace, and a
 # trap unmounts /proc, /sys, /dev, /dev/pts, /dev/shm and the .deb cache on every exit path.
@@ -48,6 +50,11 @@ cleanup() {
   done
   for ((i = ${#mounts[@]} - 1; i >= 0; i--)); do
     umount "${mounts[i]}" 2>/dev/null || umount -l "${mounts[i]}"
+  done
+  # And what the commands inside mounted (`ip netns add` in test_multihost bind-mounts
+  # /run/netns onto itself), deepest first.
+  for i in $(awk -v r="$ROOT/" 'index($2, r) == 1 { print $2 }' /proc/self/mounts | sort -r); do
+    umount "$i" 2>/dev/null || umount -l "$i"
   done
   if grep -q " $ROOT/" /proc/self/mounts; then
     log "ERROR: mounts left under $ROOT:"; grep " $ROOT/" /proc/self/mounts >&2; rc=1
@@ -172,8 +179,9 @@ chroot "$ROOT" /usr/bin/env -i HOME=/root LANG=C.UTF-8 TERM=dumb DEBIAN_FRONTEND
     make train TRAIN_ARGS="--max-steps 50"
     say "make test CTEST_ARGS=\"-R '"'"'$1'"'"'\""
     make test CTEST_ARGS="-R '"'"'$1'"'"'"
+    if [ "$2" = 1 ]; then say "make test-repeat"; make test-repeat; fi
     say "done"
-  ' fresh-check "$CTEST_SUBSET" &
+  ' fresh-check "$CTEST_SUBSET" "${AXLE_FRESH_REPEAT:-0}" &
 wait $!   # in the background so that a signal reaches the trap at once
 log "the README's commands took $((SECONDS - t0)) s inside the fresh root"
 stage=done
