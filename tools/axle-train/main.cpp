@@ -386,15 +386,161 @@ void write_json(const std::string& path, const nlohmann::ordered_json& j) {
   AXLE_CHECK(!ec, "[axle-train] cannot rename ", tmp, " to ", path, ": ", ec.message());
 }
 
+/// OpenMP's threads for this process: --threads, else the machine's cores shared among the
+/// ranks (one process: OpenMP's default). Returns the count.
+int set_threads(const Config& cfg, int world) {
+  if (cfg.threads > 0) omp_set_num_threads(cfg.threads);
+  else if (world > 1) omp_set_num_threads(std::max(1, omp_get_num_procs() / world));  // share the cores
+  return omp_get_max_threads();
+}
+
+/// SPMD (seed Pattern 5 with input_sharding): this one process drives every device. The
+/// mesh's "data" axis (fsdp-spmd: its one "fsdp" axis over every device) splits each batch's
+/// dim 0; a "model" axis splits the layers. Empty for the other patterns.
+struct SpmdLayout {
+  MeshAxes axes;
+  std::optional<xs::Mesh> mesh;
+  std::optional<xs::ShardingSpec> input_sharding;  ///< of the batch's inputs ([B, ...], `input_dims` dims)
+  const xs::ShardingSpec* input() const { return input_sharding ? &*input_sharding : nullptr; }
+};
+
+SpmdLayout spmd_layout(const Config& cfg, size_t input_dims) {
+  SpmdLayout l;
+  if (!spmd_pattern(cfg)) return l;
+  runtime::use_spmd();  // before any tensor is on the device
+  l.axes = cfg.pattern == "fsdp-spmd" ? MeshAxes{{"fsdp"}, {cfg.devices}} : parse_mesh(cfg);
+  std::vector<int64_t> ids(static_cast<size_t>(cfg.devices));
+  std::iota(ids.begin(), ids.end(), int64_t{0});
+  l.mesh.emplace(ids, l.axes.sizes, l.axes.names);
+  const std::string batch_axis = l.axes.size("data") ? "data" : l.axes.size("fsdp") ? "fsdp" : "";
+  if (!batch_axis.empty()) {
+    xs::PartitionSpec spec(input_dims, xs::None);
+    spec[0] = batch_axis;
+    l.input_sharding.emplace(*l.mesh, spec);
+  }
+  return l;
+}
+
+/// "spmd: ..." for the run's header (nothing without a mesh).
+void print_spmd(const Config& cfg, const SpmdLayout& l, size_t input_dims) {
+  if (!l.mesh) return;
+  std::string spec = "none (replicated)";
+  if (l.input_sharding) {
+    spec = "(" + l.input_sharding->partition_spec[0].items()[0];
+    for (size_t i = 1; i < input_dims; ++i) spec += ", None";
+    spec += ")";
+  }
+  std::printf("spmd: %d devices, mesh %s, input sharding %s\n", cfg.devices, mesh_text(l.axes).c_str(), spec.c_str());
+}
+
+/// What the steps call: the model itself, or its FSDP wrapper (built before the optimizer:
+/// v1's optimizer holds the shards). v1: one process per device, shards over the "xla"
+/// process group; v2 (fsdp-spmd): parameters sharded on "fsdp", each unit's output on dim 0.
+struct Wrapped {
+  nn::ModulePtr net;
+  std::shared_ptr<fsdp::XlaFullyShardedDataParallel> fsdp_v1;
+};
+
+Wrapped wrap_fsdp(const Config& cfg, const nn::ModulePtr& model, const SpmdLayout& l, const fsdp::AutoWrapPolicy& policy) {
+  Wrapped w{model, nullptr};
+  if (cfg.pattern == "fsdp") {
+    dist::init_process_group("xla", "xla://");
+    fsdp::XlaFullyShardedDataParallelOptions o;
+    o.auto_wrap_policy = policy;
+    w.fsdp_v1 = std::make_shared<fsdp::XlaFullyShardedDataParallel>(model, o);
+    w.net = w.fsdp_v1;
+  }
+  if (cfg.pattern == "fsdp-spmd") {
+    fsdp::SpmdFullyShardedDataParallelOptions o;
+    o.mesh = *l.mesh;
+    o.auto_wrap_policy = policy;
+    w.net = std::make_shared<fsdp::SpmdFullyShardedDataParallel>(model, o);
+  }
+  return w;
+}
+
+/// Pattern 3: DDP over the "xla" process group (parameters broadcast from rank 0 here); null
+/// for the other patterns.
+std::shared_ptr<nn::parallel::DistributedDataParallel> wrap_ddp(const Config& cfg, const nn::ModulePtr& model) {
+  if (cfg.pattern != "ddp") return nullptr;
+  dist::init_process_group("xla", "xla://");
+  return std::make_shared<nn::parallel::DistributedDataParallel>(
+      model, nn::parallel::DistributedDataParallelOptions{.gradient_as_bucket_view = true});
+}
+
+/// Pattern 5 (and SPMD): batches arrive on the device, loaded and moved while the step runs,
+/// split over the mesh as the layout says. Null for the other patterns.
+std::unique_ptr<pl::MpDeviceLoader> device_loader(const Config& cfg, data::DataLoader& loader, Device dev,
+                                                  const SpmdLayout& l) {
+  if (cfg.pattern == "loader") return std::make_unique<pl::MpDeviceLoader>(loader, dev);
+  if (!spmd_pattern(cfg)) return nullptr;
+  pl::MpDeviceLoaderOptions o;
+  if (l.input_sharding) o.input_sharding = *l.input_sharding;  // the targets stay replicated
+  return std::make_unique<pl::MpDeviceLoader>(loader, dev, o);
+}
+
+/// The SPMD collectives counted over a run's training epochs (evaluation and checkpoints
+/// excluded): begin() before an epoch, end() after it.
+struct CollectiveCount {
+  std::map<std::string, int64_t> total, before;
+  void begin() {
+    for (const auto& [key, counter] : collective_counters()) before[key] = metrics::counter_value(counter);
+  }
+  void end() {
+    for (const auto& [key, counter] : collective_counters()) total[key] += metrics::counter_value(counter) - before[key];
+  }
+};
+
+/// The JSON report's per-device part, common to every model: memory per device (rank order, or
+/// SPMD device order), under SPMD the mesh and the collectives the partitioner inserted (per
+/// training step, as they ran) and the parameters' shardings, then the torch_xla-named counters
+/// and timers (name -> total ms; empty on the eager cpu path).
+void add_device_report(nlohmann::ordered_json& j, const DeviceMemory& memory, const SpmdLayout& l,
+                       const nn::Module& model, const CollectiveCount& collectives, int64_t trained) {
+  j["devices"] = memory.peak.size();
+  j["peak_bytes_per_device"] = memory.peak;
+  j["parameter_bytes_per_device"] = memory.parameters;
+  j["gradient_bytes_per_device"] = memory.gradients;
+  j["optimizer_bytes_per_device"] = memory.optimizer;
+  std::vector<int64_t> state_bytes(memory.peak.size());
+  for (size_t k = 0; k < state_bytes.size(); ++k)
+    state_bytes[k] = memory.parameters[k] + memory.gradients[k] + memory.optimizer[k];
+  j["training_state_bytes_per_device"] = state_bytes;
+  if (l.mesh) {
+    j["mesh"] = nlohmann::ordered_json::object();
+    for (size_t i = 0; i < l.axes.names.size(); ++i) j["mesh"][l.axes.names[i]] = l.axes.sizes[i];
+    j["collectives"] = nlohmann::ordered_json::object();
+    j["collectives"]["steps"] = trained;
+    j["collectives"]["per_step"] = nlohmann::ordered_json::object();
+    for (const auto& [key, counter] : collective_counters()) {
+      const auto it = collectives.total.find(key);
+      const int64_t n = it == collectives.total.end() ? 0 : it->second;
+      j["collectives"]["per_step"][key] = trained > 0 ? double(n) / double(trained) : 0.0;
+    }
+    j["collectives"]["total"] = collectives.total;
+    j["parameter_shardings"] = nlohmann::ordered_json::object();  // after training: kept across steps
+    for (const auto& [name, p] : model.named_parameters()) j["parameter_shardings"][name] = xs::get_sharding_spec(p);
+  }
+  j["counters"] = nlohmann::ordered_json::object();
+  for (const auto& [name, v] : metrics::counters()) j["counters"][name] = v;
+  j["metrics"] = nlohmann::ordered_json::object();
+  for (const auto& [name, ms] : metrics::timers_ms()) j["metrics"][name] = ms;
+}
+
+/// Each device's memory figures for the report (every rank takes part: a rendezvous).
+DeviceMemory report_memory(optim::Optimizer& opt, std::vector<int64_t> peaks, Device dev, const SpmdLayout& l, int world) {
+  if (peaks.empty()) peaks = peak_bytes(dev, l.mesh ? int(l.mesh->size()) : 0);
+  DeviceMemory memory = device_memory(opt, std::move(peaks), l.mesh.has_value());
+  return world > 1 ? gather_ranks(memory) : memory;
+}
+
 // One process's training run; under --pattern multiprocess, ddp and loader each launched rank
 // runs it on its shard of the data (rank 0 prints and writes the results).
 int run(const Config& cfg) {
   const int world = runtime::world_size(), rank = runtime::global_ordinal();
   const bool master = rank == 0;
   if (!master) std::freopen("/dev/null", "w", stdout);
-  if (cfg.threads > 0) omp_set_num_threads(cfg.threads);
-  else if (world > 1) omp_set_num_threads(std::max(1, omp_get_num_procs() / world));  // share the cores
-  const int threads = omp_get_max_threads();
+  const int threads = set_threads(cfg, world);
 
   const auto t_load = Clock::now();
   // The test split decodes on another thread while this one inflates the training images.
@@ -415,43 +561,12 @@ int run(const Config& cfg) {
   model->train();
   if (!cfg.init.empty()) model->load_state_dict(axle::load(cfg.init).tensors);  // weights by name
   const Device dev = Device::parse(cfg.device);
-  // SPMD (seed Pattern 5 with input_sharding): this one process drives every device. The
-  // mesh's "data" axis splits each batch; a "model" axis splits the linear layers.
-  std::optional<xs::Mesh> mesh;
-  std::optional<xs::ShardingSpec> input_sharding;
-  MeshAxes mesh_axes;
-  if (spmd_pattern(cfg)) {
-    runtime::use_spmd();  // before any tensor is on the device
-    // fsdp-spmd: one mesh axis "fsdp" over every device, which splits the batches too.
-    if (cfg.pattern == "fsdp-spmd") mesh_axes = MeshAxes{{"fsdp"}, {cfg.devices}};
-    else mesh_axes = parse_mesh(cfg);
-    std::vector<int64_t> ids(static_cast<size_t>(cfg.devices));
-    std::iota(ids.begin(), ids.end(), int64_t{0});
-    mesh.emplace(ids, mesh_axes.sizes, mesh_axes.names);
-    const std::string batch_axis = mesh_axes.size("data") ? "data" : mesh_axes.size("fsdp") ? "fsdp" : "";
-    if (!batch_axis.empty())
-      input_sharding.emplace(*mesh, xs::PartitionSpec{batch_axis, xs::None, xs::None, xs::None});
-  }
+  const SpmdLayout spmd = spmd_layout(cfg, 4);  // images [B, 1, 28, 28]
   model->to(dev);  // before the optimizer, as with torch_xla
-  if (mesh && mesh_axes.size("model")) shard_linear_layers(*model, *mesh);
+  if (spmd.mesh && spmd.axes.size("model")) shard_linear_layers(*model, *spmd.mesh);
   if (cfg.pattern == "eager") experimental::eager_mode(true);
-  // FSDP: the model wrapped before the optimizer is built (v1's optimizer holds the shards).
   // `net` is what the steps and the evaluation call; the plain model everywhere else.
-  nn::ModulePtr net = model;
-  std::shared_ptr<fsdp::XlaFullyShardedDataParallel> fsdp_model;
-  if (cfg.pattern == "fsdp") {  // v1: one process per device, shards over the "xla" process group
-    dist::init_process_group("xla", "xla://");
-    fsdp::XlaFullyShardedDataParallelOptions o;
-    o.auto_wrap_policy = layer_wrap_policy();
-    fsdp_model = std::make_shared<fsdp::XlaFullyShardedDataParallel>(model, o);
-    net = fsdp_model;
-  }
-  if (cfg.pattern == "fsdp-spmd") {  // v2: parameters sharded on "fsdp", each layer's output on dim 0
-    fsdp::SpmdFullyShardedDataParallelOptions o;
-    o.mesh = *mesh;
-    o.auto_wrap_policy = layer_wrap_policy();
-    net = std::make_shared<fsdp::SpmdFullyShardedDataParallel>(model, o);
-  }
+  const nn::ModulePtr net = wrap_fsdp(cfg, model, spmd, layer_wrap_policy()).net;
   std::unique_ptr<optim::Optimizer> opt;
   std::string opt_desc;
   if (cfg.optimizer == "sgd") {
@@ -465,21 +580,8 @@ int run(const Config& cfg) {
   std::shared_ptr<data::Sampler> shard;
   if (world > 1) shard = std::make_shared<data::DistributedSampler>(train_set->size(), world, rank, true, cfg.seed);
   data::DataLoader loader(train_set, {.batch_size = cfg.batch_size, .shuffle = world == 1, .seed = cfg.seed}, shard);
-  // Pattern 3: DDP over the "xla" process group (parameters broadcast from rank 0 here).
-  std::shared_ptr<nn::parallel::DistributedDataParallel> ddp_model;
-  if (cfg.pattern == "ddp") {
-    dist::init_process_group("xla", "xla://");
-    ddp_model = std::make_shared<nn::parallel::DistributedDataParallel>(
-        model, nn::parallel::DistributedDataParallelOptions{.gradient_as_bucket_view = true});
-  }
-  // Pattern 5: batches arrive on the device, loaded and moved while the step runs.
-  std::unique_ptr<pl::MpDeviceLoader> mp_loader;
-  if (cfg.pattern == "loader") mp_loader = std::make_unique<pl::MpDeviceLoader>(loader, dev);
-  if (spmd_pattern(cfg)) {
-    pl::MpDeviceLoaderOptions o;
-    if (input_sharding) o.input_sharding = *input_sharding;  // images [B, 1, 28, 28]; labels stay replicated
-    mp_loader = std::make_unique<pl::MpDeviceLoader>(loader, dev, o);
-  }
+  const auto ddp_model = wrap_ddp(cfg, model);
+  const std::unique_ptr<pl::MpDeviceLoader> mp_loader = device_loader(cfg, loader, dev, spmd);
 
   // The training step of each pattern. On xla the loss is read after the step
   // boundary, so reading it never splits the step's graph.
@@ -538,11 +640,7 @@ int run(const Config& cfg) {
               static_cast<long long>(cfg.batch_size), static_cast<long long>(cfg.epochs), cfg.epochs == 1 ? "" : "s",
               cfg.max_steps > 0 ? fmt::format(" (at most {} steps)", cfg.max_steps).c_str() : "", threads,
               threads == 1 ? "" : "s");
-  if (mesh) {
-    std::printf("spmd: %d devices, mesh %s, input sharding %s\n", cfg.devices, mesh_text(mesh_axes).c_str(),
-                input_sharding ? fmt::format("({}, None, None, None)", input_sharding->partition_spec[0].items()[0]).c_str()
-                               : "none (replicated)");
-  }
+  print_spmd(cfg, spmd, 4);
   std::printf("data: %lld train / %lld test images from %s in %.2f s\n", static_cast<long long>(train_set->size()),
               static_cast<long long>(test_set->size()), cfg.data.c_str(), load_s);
   std::fflush(stdout);
@@ -553,8 +651,7 @@ int run(const Config& cfg) {
   double train_seconds = 0, test_accuracy = 0;
   int64_t steps = 0, samples = 0;
   const int64_t per_epoch = loader.size();
-  // Collectives of the training steps only (evaluation and checkpoints excluded).
-  std::map<std::string, int64_t> collectives;
+  CollectiveCount collectives;
   // Each device's peak bytes at the end of the first epoch's training (evaluation excluded).
   std::vector<int64_t> peaks;
 
@@ -621,18 +718,17 @@ int run(const Config& cfg) {
         if (done == planned) break;  // not ++it: that would fetch (and the loader pattern sync) one batch more
       }
     };
-    std::map<std::string, int64_t> before;
-    for (const auto& [key, counter] : collective_counters()) before[key] = metrics::counter_value(counter);
+    collectives.begin();
     if (mp_loader) run_epoch(*mp_loader);
     else run_epoch(loader);
-    for (const auto& [key, counter] : collective_counters()) collectives[key] += metrics::counter_value(counter) - before[key];
+    collectives.end();
     progress.finish();
     save(epoch, first_batch + done);
     const double es = seconds_since(t_epoch);
     epoch_seconds.push_back(es);
     train_seconds += es;
-    if (peaks.empty()) peaks = peak_bytes(dev, mesh ? cfg.devices : 0);  // before evaluation's batches of 1000
-    test_accuracy = evaluate(*net, test_set, dev, input_sharding ? &*input_sharding : nullptr);
+    if (peaks.empty()) peaks = peak_bytes(dev, spmd.mesh ? cfg.devices : 0);  // before evaluation's batches of 1000
+    test_accuracy = evaluate(*net, test_set, dev, spmd.input());
     const double mean_loss =
         std::accumulate(losses.begin() + first, losses.end(), 0.0) / double(std::max<size_t>(1, losses.size() - first));
     std::printf("epoch %lld/%lld: %lld steps, mean loss %.4f, test accuracy %.4f, %.2f s (%.2f ms/step median)\n",
@@ -644,7 +740,7 @@ int run(const Config& cfg) {
 
   if (!cfg.resume.empty() && losses.empty()) {
     // The checkpoint's run had finished: report its figures, the accuracy from the restored model.
-    test_accuracy = evaluate(*net, test_set, dev, input_sharding ? &*input_sharding : nullptr);
+    test_accuracy = evaluate(*net, test_set, dev, spmd.input());
     std::printf("nothing left to train: the run in %s had already finished (step %lld); its figures follow "
                 "(losses from the checkpoint, test accuracy of the restored model)\n",
                 cfg.resume.c_str(), static_cast<long long>(steps));
@@ -659,13 +755,8 @@ int run(const Config& cfg) {
               static_cast<long long>(steps), final_loss, test_accuracy, train_seconds, med, sps);
   std::fflush(stdout);
 
-  // Memory per device (a rendezvous over the ranks: every rank takes part).
   DeviceMemory memory;
-  if (!cfg.json.empty()) {
-    if (peaks.empty()) peaks = peak_bytes(dev, mesh ? cfg.devices : 0);
-    memory = device_memory(*opt, peaks, mesh.has_value());
-    if (world > 1) memory = gather_ranks(memory);
-  }
+  if (!cfg.json.empty()) memory = report_memory(*opt, peaks, dev, spmd, world);
   if (!cfg.json.empty() && master) {
     nlohmann::ordered_json j;
     j["pattern"] = cfg.pattern;
@@ -691,36 +782,7 @@ int run(const Config& cfg) {
     j["median_step_ms"] = med;
     j["step_ms"] = step_ms;
     j["samples_per_second"] = sps;
-    // Memory, one entry per device (rank order, or SPMD device order).
-    j["devices"] = memory.peak.size();
-    j["peak_bytes_per_device"] = memory.peak;
-    j["parameter_bytes_per_device"] = memory.parameters;
-    j["gradient_bytes_per_device"] = memory.gradients;
-    j["optimizer_bytes_per_device"] = memory.optimizer;
-    std::vector<int64_t> state_bytes(memory.peak.size());
-    for (size_t k = 0; k < state_bytes.size(); ++k)
-      state_bytes[k] = memory.parameters[k] + memory.gradients[k] + memory.optimizer[k];
-    j["training_state_bytes_per_device"] = state_bytes;
-    if (mesh) {
-      // SPMD: the mesh and the collectives the partitioner inserted (per training step,
-      // counted as they ran).
-      j["mesh"] = nlohmann::ordered_json::object();
-      for (size_t i = 0; i < mesh_axes.names.size(); ++i) j["mesh"][mesh_axes.names[i]] = mesh_axes.sizes[i];
-      const int64_t trained = static_cast<int64_t>(losses.size());
-      j["collectives"] = nlohmann::ordered_json::object();
-      j["collectives"]["steps"] = trained;
-      j["collectives"]["per_step"] = nlohmann::ordered_json::object();
-      for (const auto& [key, counter] : collective_counters())
-        j["collectives"]["per_step"][key] = trained > 0 ? double(collectives[key]) / double(trained) : 0.0;
-      j["collectives"]["total"] = collectives;
-      j["parameter_shardings"] = nlohmann::ordered_json::object();  // after training: kept across steps
-      for (const auto& [name, p] : model->named_parameters()) j["parameter_shardings"][name] = xs::get_sharding_spec(p);
-    }
-    // torch_xla-named counters and timers (name -> total ms); empty on the eager cpu path.
-    j["counters"] = nlohmann::ordered_json::object();
-    for (const auto& [name, v] : metrics::counters()) j["counters"][name] = v;
-    j["metrics"] = nlohmann::ordered_json::object();
-    for (const auto& [name, ms] : metrics::timers_ms()) j["metrics"][name] = ms;
+    add_device_report(j, memory, spmd, *model, collectives, static_cast<int64_t>(losses.size()));
     write_json(cfg.json, j);
   }
   return 0;
@@ -746,9 +808,7 @@ int run_gpt(Config cfg) {  // by value: --max-steps alone sets the epochs below
   const int world = runtime::world_size(), rank = runtime::global_ordinal();
   const bool master = rank == 0;
   if (!master) std::freopen("/dev/null", "w", stdout);
-  if (cfg.threads > 0) omp_set_num_threads(cfg.threads);
-  else if (world > 1) omp_set_num_threads(std::max(1, omp_get_num_procs() / world));
-  const int threads = omp_get_max_threads();
+  const int threads = set_threads(cfg, world);
 
   const auto t_load = Clock::now();
   const std::shared_ptr<data::TextCorpus> corpus = data::TextCorpus::from_path(cfg.data);
@@ -789,44 +849,20 @@ int run_gpt(Config cfg) {  // by value: --max-steps alone sets the epochs below
   if (!cfg.init.empty()) model->load_state_dict(axle::load(cfg.init).tensors);
   const Device dev = Device::parse(cfg.device);
 
-  std::optional<xs::Mesh> mesh;
-  std::optional<xs::ShardingSpec> input_sharding;
-  MeshAxes mesh_axes;
-  if (spmd_pattern(cfg)) {
-    runtime::use_spmd();
-    if (cfg.pattern == "fsdp-spmd") mesh_axes = MeshAxes{{"fsdp"}, {cfg.devices}};
-    else mesh_axes = parse_mesh(cfg);
-    std::vector<int64_t> ids(static_cast<size_t>(cfg.devices));
-    std::iota(ids.begin(), ids.end(), int64_t{0});
-    mesh.emplace(ids, mesh_axes.sizes, mesh_axes.names);
-    const std::string batch_axis = mesh_axes.size("data") ? "data" : mesh_axes.size("fsdp") ? "fsdp" : "";
-    if (!batch_axis.empty()) input_sharding.emplace(*mesh, xs::PartitionSpec{batch_axis, xs::None});
-  }
+  const SpmdLayout spmd = spmd_layout(cfg, 2);  // x and y: [B, T], split on B
   model->to(dev);
-  if (mesh && mesh_axes.size("model")) {
-    if (cfg.n_head % mesh_axes.size("model") != 0)
+  if (spmd.mesh && spmd.axes.size("model")) {
+    if (cfg.n_head % spmd.axes.size("model") != 0)
       throw UsageError(fmt::format("--mesh {}: --n-head {} is not divisible by the model axis ({}): tensor "
-                                   "parallelism splits the heads", mesh_text(mesh_axes), cfg.n_head,
-                                   mesh_axes.size("model")));
-    gpt->shard_tensor_parallel(*mesh, "model");
+                                   "parallelism splits the heads", mesh_text(spmd.axes), cfg.n_head,
+                                   spmd.axes.size("model")));
+    gpt->shard_tensor_parallel(*spmd.mesh, "model");
   }
   if (cfg.pattern == "eager") experimental::eager_mode(true);
-  nn::ModulePtr net = model;
-  std::shared_ptr<fsdp::XlaFullyShardedDataParallel> fsdp_model;
-  const auto block_policy = fsdp::transformer_auto_wrap_policy({"GPTBlock"});
-  if (cfg.pattern == "fsdp") {  // v1: one unit per GPTBlock; the root holds tok (tied head), pos and ln
-    dist::init_process_group("xla", "xla://");
-    fsdp::XlaFullyShardedDataParallelOptions o;
-    o.auto_wrap_policy = block_policy;
-    fsdp_model = std::make_shared<fsdp::XlaFullyShardedDataParallel>(model, o);
-    net = fsdp_model;
-  }
-  if (cfg.pattern == "fsdp-spmd") {
-    fsdp::SpmdFullyShardedDataParallelOptions o;
-    o.mesh = *mesh;
-    o.auto_wrap_policy = block_policy;
-    net = std::make_shared<fsdp::SpmdFullyShardedDataParallel>(model, o);
-  }
+  // FSDP: one unit per GPTBlock; the root holds tok (tied head), pos and ln.
+  const Wrapped wrapped = wrap_fsdp(cfg, model, spmd, fsdp::transformer_auto_wrap_policy({"GPTBlock"}));
+  nn::ModulePtr net = wrapped.net;
+  const std::shared_ptr<fsdp::XlaFullyShardedDataParallel>& fsdp_model = wrapped.fsdp_v1;
 
   // AdamW with GPT's groups: decay on the matrices only. FSDP v1's optimizer holds the
   // shards: a shard decays when every parameter it holds is a matrix.
@@ -861,20 +897,9 @@ int run_gpt(Config cfg) {  // by value: --max-steps alone sets the epochs below
   auto sampler = std::make_shared<data::RandomWindowSampler>(train_set->size(), micro_per_epoch * cfg.batch_size,
                                                              cfg.seed, world, rank);
   data::DataLoader loader(train_set, {.batch_size = cfg.batch_size}, sampler);
-  std::shared_ptr<nn::parallel::DistributedDataParallel> ddp_model;
-  if (cfg.pattern == "ddp") {
-    dist::init_process_group("xla", "xla://");
-    ddp_model = std::make_shared<nn::parallel::DistributedDataParallel>(
-        model, nn::parallel::DistributedDataParallelOptions{.gradient_as_bucket_view = true});
-    net = ddp_model;
-  }
-  std::unique_ptr<pl::MpDeviceLoader> mp_loader;
-  if (cfg.pattern == "loader") mp_loader = std::make_unique<pl::MpDeviceLoader>(loader, dev);
-  if (spmd_pattern(cfg)) {
-    pl::MpDeviceLoaderOptions o;
-    if (input_sharding) o.input_sharding = *input_sharding;  // x and y: [B, T], split on B
-    mp_loader = std::make_unique<pl::MpDeviceLoader>(loader, dev, o);
-  }
+  const auto ddp_model = wrap_ddp(cfg, model);
+  if (ddp_model) net = ddp_model;
+  const std::unique_ptr<pl::MpDeviceLoader> mp_loader = device_loader(cfg, loader, dev, spmd);
 
   // One optimizer step over accum_steps micro-batches: each micro-batch's loss / N is
   // backpropagated (the gradients add up to the mean's), then the gradients are reduced
@@ -948,7 +973,7 @@ int run_gpt(Config cfg) {  // by value: --max-steps alone sets the epochs below
     int64_t n = 0;
     for (const data::Example& b : val_loader) {
       std::vector<Tensor> xy{b.data, b.target};
-      if (!dev.is_cpu()) xy = xm::send_cpu_data_to_device(xy, dev, input_sharding ? &*input_sharding : nullptr);
+      if (!dev.is_cpu()) xy = xm::send_cpu_data_to_device(xy, dev, spmd.input());
       const Tensor l = micro_loss(xy[0], xy[1]);
       total = total.defined() ? add(total, l) : l;
       ++n;
@@ -971,10 +996,7 @@ int run_gpt(Config cfg) {  // by value: --max-steps alone sets the epochs below
   std::printf("schedule: warmup %lld steps, cosine to lr %g at step %lld; grad clip %s\n",
               static_cast<long long>(warmup), cfg.min_lr, static_cast<long long>(horizon),
               cfg.grad_clip > 0 ? fmt::format("{}", cfg.grad_clip).c_str() : "off");
-  if (mesh)
-    std::printf("spmd: %d devices, mesh %s, input sharding %s\n", cfg.devices, mesh_text(mesh_axes).c_str(),
-                input_sharding ? fmt::format("({}, None)", input_sharding->partition_spec[0].items()[0]).c_str()
-                               : "none (replicated)");
+  print_spmd(cfg, spmd, 2);
   std::printf("data: %s, %lld characters (%lld train / %lld validation), vocabulary %lld, in %.2f s\n",
               cfg.data.c_str(), static_cast<long long>(train_tokens + corpus->tokens(data::Split::Val).size()),
               static_cast<long long>(train_tokens), static_cast<long long>(corpus->tokens(data::Split::Val).size()),
@@ -990,7 +1012,7 @@ int run_gpt(Config cfg) {  // by value: --max-steps alone sets the epochs below
   std::vector<double> epoch_seconds;
   double train_seconds = 0;
   int64_t steps = 0, tokens = 0;
-  std::map<std::string, int64_t> collectives;
+  CollectiveCount collectives;
   std::vector<int64_t> peaks;
   int64_t start_epoch = 0, skip = 0;
   if (!cfg.resume.empty()) {
@@ -1083,17 +1105,16 @@ int run_gpt(Config cfg) {  // by value: --max-steps alone sets the epochs below
         ++it;
       }
     };
-    std::map<std::string, int64_t> before;
-    for (const auto& [key, counter] : collective_counters()) before[key] = metrics::counter_value(counter);
+    collectives.begin();
     if (mp_loader) run_epoch(*mp_loader);
     else run_epoch(loader);
-    for (const auto& [key, counter] : collective_counters()) collectives[key] += metrics::counter_value(counter) - before[key];
+    collectives.end();
     progress.finish();
     save(epoch, first_step + done);
     const double es = seconds_since(t_epoch) - eval_s;
     epoch_seconds.push_back(es);
     train_seconds += es;
-    if (peaks.empty()) peaks = peak_bytes(dev, mesh ? cfg.devices : 0);
+    if (peaks.empty()) peaks = peak_bytes(dev, spmd.mesh ? cfg.devices : 0);
     const double mean_loss = std::accumulate(losses.begin() + static_cast<std::ptrdiff_t>(first), losses.end(), 0.0) /
                              double(std::max<size_t>(1, losses.size() - first));
     std::printf("epoch %lld/%lld: %lld steps, mean loss %.4f, %.2f s (%.2f ms/step median)\n",
@@ -1130,11 +1151,7 @@ int run_gpt(Config cfg) {  // by value: --max-steps alone sets the epochs below
   std::fflush(stdout);
 
   DeviceMemory memory;
-  if (!cfg.json.empty()) {
-    if (peaks.empty()) peaks = peak_bytes(dev, mesh ? cfg.devices : 0);
-    memory = device_memory(*opt, peaks, mesh.has_value());
-    if (world > 1) memory = gather_ranks(memory);
-  }
+  if (!cfg.json.empty()) memory = report_memory(*opt, peaks, dev, spmd, world);
   if (!cfg.json.empty() && master) {
     nlohmann::ordered_json j;
     j["pattern"] = cfg.pattern;
@@ -1179,32 +1196,7 @@ int run_gpt(Config cfg) {  // by value: --max-steps alone sets the epochs below
     j["step_ms"] = step_ms;
     j["tokens_per_second"] = tps;
     j["samples_per_second"] = train_seconds > 0 ? tps / double(cfg.block_size) : 0.0;  // windows per second
-    j["devices"] = memory.peak.size();
-    j["peak_bytes_per_device"] = memory.peak;
-    j["parameter_bytes_per_device"] = memory.parameters;
-    j["gradient_bytes_per_device"] = memory.gradients;
-    j["optimizer_bytes_per_device"] = memory.optimizer;
-    std::vector<int64_t> state_bytes(memory.peak.size());
-    for (size_t k = 0; k < state_bytes.size(); ++k)
-      state_bytes[k] = memory.parameters[k] + memory.gradients[k] + memory.optimizer[k];
-    j["training_state_bytes_per_device"] = state_bytes;
-    if (mesh) {
-      j["mesh"] = nlohmann::ordered_json::object();
-      for (size_t i = 0; i < mesh_axes.names.size(); ++i) j["mesh"][mesh_axes.names[i]] = mesh_axes.sizes[i];
-      const int64_t trained = static_cast<int64_t>(losses.size() - restored);
-      j["collectives"] = nlohmann::ordered_json::object();
-      j["collectives"]["steps"] = trained;
-      j["collectives"]["per_step"] = nlohmann::ordered_json::object();
-      for (const auto& [key, counter] : collective_counters())
-        j["collectives"]["per_step"][key] = trained > 0 ? double(collectives[key]) / double(trained) : 0.0;
-      j["collectives"]["total"] = collectives;
-      j["parameter_shardings"] = nlohmann::ordered_json::object();
-      for (const auto& [name, p] : model->named_parameters()) j["parameter_shardings"][name] = xs::get_sharding_spec(p);
-    }
-    j["counters"] = nlohmann::ordered_json::object();
-    for (const auto& [name, v] : metrics::counters()) j["counters"][name] = v;
-    j["metrics"] = nlohmann::ordered_json::object();
-    for (const auto& [name, ms] : metrics::timers_ms()) j["metrics"][name] = ms;
+    add_device_report(j, memory, spmd, *model, collectives, static_cast<int64_t>(losses.size() - restored));
     write_json(cfg.json, j);
   }
   return 0;
