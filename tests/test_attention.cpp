@@ -312,6 +312,36 @@ TEST(Attention, SpmdRuleKeepsBatchAndHeadsSharded) {
   }
 }
 
+// Dropout under SPMD: each device's shard of the base operand keeps the global weight
+// indices, so every device draws the mask one device would (a batch entry's weights are the
+// same stream positions wherever it runs), forward and backward.
+TEST(Attention, SpmdDropoutDrawsOneDevicesMask) {
+  using namespace axle::spmd_test;
+  auto m = make_mesh(4, {2, 2}, {"data", "model"});
+  Builder b;
+  const auto sh = spec(m, {"data", "model", xs::None, xs::None});
+  Ref q = b.input({3, 4, 7, 8}, sh), k = b.input({3, 4, 9, 8}, sh), v = b.input({3, 4, 9, 6}, sh);
+  Ref g = b.input({3, 4, 7, 6}, sh);
+  Ref rng = b.input({2}, repl(m), kInt64), base = b.input({3, 4}, spec(m, {"data", "model"}), kInt64);
+  const ops::Attrs a = ops::attr::ScaledDotProductAttention{.is_causal = true, .scale = 0.4, .dropout_p = 0.5}.pack();
+  Ref f = b.op(ops::OpKind::ScaledDotProductAttention, {q, k, v, rng, base}, a);
+  b.out(f);
+  Ref bw = b.op(ops::OpKind::ScaledDotProductAttentionBackward, {g, q, k, v, f, Builder::at(f, 1), rng, base}, a);
+  b.out(bw);
+  b.out(Builder::at(bw, 1));
+  b.out(Builder::at(bw, 2));
+  const spmd::Partitioned pp = b.partition();
+  EXPECT_EQ(collective_ops(pp), 0) << pp.local.text();
+  std::vector<int64_t> bases(12);
+  for (size_t i = 0; i < bases.size(); ++i) bases[i] = int64_t(i) * 7 * 9;
+  const std::vector<Tensor> in{rnd({3, 4, 7, 8}, 81), rnd({3, 4, 9, 8}, 82), rnd({3, 4, 9, 6}, 83), rnd({3, 4, 7, 6}, 84),
+                               from_vector(std::vector<int64_t>{1234, 5}, {2}, {.dtype = kInt64}),
+                               from_vector(bases, {3, 4}, {.dtype = kInt64})};
+  const std::vector<Tensor> want = run_global(b.p, in), got = run_partitioned(pp, b.p, in);
+  ASSERT_EQ(want.size(), got.size());
+  for (size_t j = 0; j < want.size(); ++j) EXPECT_LE(max_rel_diff(got[j], want[j]), 1e-5) << "output " << j;
+}
+
 TEST(Attention, SpmdRuleGathersAShardedSequence) {
   using namespace axle::spmd_test;
   auto m = mesh1d(4);

@@ -18,9 +18,9 @@ constexpr const char* kBwd = "scaled_dot_product_attention_backward";
 
 Shape batch_of(const Shape& s) { return Shape(s.begin(), s.end() - 2); }
 
-/// Checks (q, k, v[, rng]) for the op `op` and gives (L, S, E, Ev).
-void check_qkv(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* rng, double dropout_p,
-               const char* op) {
+/// Checks (q, k, v[, rng, base]) for the op `op`.
+void check_qkv(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* rng, const Tensor* base,
+               double dropout_p, const char* op) {
   check_defined(q, op, "query");
   check_defined(k, op, "key");
   check_defined(v, op, "value");
@@ -42,14 +42,20 @@ void check_qkv(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* 
     AXLE_CHECK(rng && rng->defined() && rng->dtype() == kInt64 && rng->shape() == Shape{2}, "[", op,
                "] with dropout expects an int64 [2] (seed, offset) operand, got ",
                rng && rng->defined() ? shape_str(rng->shape()) : std::string("none"));
+    AXLE_CHECK(base && base->defined() && base->dtype() == kInt64 && base->shape() == batch_of(q.shape()), "[", op,
+               "] with dropout expects an int64 ", shape_str(batch_of(q.shape())),
+               " operand of weight index bases, got ",
+               base && base->defined() ? shape_str(base->shape()) + " " + dtype_name(base->dtype()) : std::string("none"));
   } else {
-    AXLE_CHECK(!rng || !rng->defined(), "[", op, "] expected no rng operand without dropout");
+    AXLE_CHECK((!rng || !rng->defined()) && (!base || !base->defined()), "[", op,
+               "] expected no rng and base operands without dropout");
   }
 }
 
 std::vector<Meta> fwd_infer(const Tensors& in, const Attrs& a) {
   const attr::ScaledDotProductAttention at = attr::ScaledDotProductAttention::of(a);
-  check_qkv(in[0], in[1], in[2], in.size() > 3 ? &in[3] : nullptr, at.dropout_p, kFwd);
+  check_qkv(in[0], in[1], in[2], in.size() > 3 ? &in[3] : nullptr, in.size() > 4 ? &in[4] : nullptr, at.dropout_p,
+            kFwd);
   Shape out = in[0].shape(), lse = in[0].shape();
   out.back() = in[2].shape().back();
   lse.back() = 1;
@@ -61,16 +67,16 @@ Tensors fwd_vjp(const VjpArgs& v) {
              "] the log-sum-exp output is internal: no gradient may flow into it");
   if (!v.grad[0].defined()) return Tensors(v.in.size());
   Tensors in = {v.grad[0], v.in[0], v.in[1], v.in[2], v.out[0], v.out[1]};
-  if (v.in.size() > 3) in.push_back(v.in[3]);
+  for (size_t i = 3; i < v.in.size(); ++i) in.push_back(v.in[i]);  // rng, base
   Tensors g = call(OpKind::ScaledDotProductAttentionBackward, in, v.attrs);
-  g.push_back(Tensor());  // the rng operand (if any) has no gradient
-  g.resize(v.in.size());
+  g.resize(v.in.size());  // the rng and base operands (if any) have no gradient
   return g;
 }
 
 std::vector<Meta> bwd_infer(const Tensors& in, const Attrs& a) {
   const attr::ScaledDotProductAttentionBackward at = attr::ScaledDotProductAttentionBackward::of(a);
-  check_qkv(in[1], in[2], in[3], in.size() > 6 ? &in[6] : nullptr, at.dropout_p, kBwd);
+  check_qkv(in[1], in[2], in[3], in.size() > 6 ? &in[6] : nullptr, in.size() > 7 ? &in[7] : nullptr, at.dropout_p,
+            kBwd);
   Shape out = in[1].shape(), lse = in[1].shape();
   out.back() = in[3].shape().back();
   lse.back() = 1;
@@ -172,6 +178,10 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
     const uint64_t offset = g.reserve(uint64_t((n + 3) / 4));
     in.push_back(from_vector(std::vector<int64_t>{int64_t(g.seed()), int64_t(offset)}, {2},
                              {.dtype = kInt64, .device = q.device()}));
+    // Batch entry b's weights are indices b * L * S + i * S + j of the mask stream.
+    std::vector<int64_t> base(size_t(n / (L * S)));
+    for (size_t b = 0; b < base.size(); ++b) base[b] = int64_t(b) * L * S;
+    in.push_back(from_vector(base, batch, {.dtype = kInt64, .device = q.device()}));
   }
   const ops::Attrs a =
       ops::attr::ScaledDotProductAttention{.is_causal = o.is_causal, .scale = scale, .dropout_p = o.dropout_p}.pack();

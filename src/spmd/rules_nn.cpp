@@ -120,11 +120,16 @@ std::vector<std::vector<int>> dim_map(const compiler::PNode& n, const std::vecto
       m[1] = leading(in[1].size(), 1, kSum);
       break;
     // ---- Attention: q, k, v, out, lse, grads: [..., L or S, E] of one rank; the batch/head dims
-    // pass, the last two (sequence, head size) replicated; the dropout's rng [2] replicated
-    case OpKind::ScaledDotProductAttention: case OpKind::ScaledDotProductAttentionBackward:
-      for (size_t i = 0; i < in.size(); ++i)
+    // pass, the last two (sequence, head size) replicated; the dropout's rng [2] replicated, its
+    // weight index bases [...] (the batch dims: operand 4, or 7 of the backward) pass
+    case OpKind::ScaledDotProductAttention: case OpKind::ScaledDotProductAttentionBackward: {
+      const size_t base_at = n.op == OpKind::ScaledDotProductAttention ? 4 : 7;
+      for (size_t i = 0; i < in.size(); ++i) {
         if (in[i].size() == out.size() && out.size() >= 2) m[i] = leading(out.size(), out.size() - 2);
+        if (i == base_at && out.size() >= 2) m[i] = leading(out.size() - 2, out.size() - 2);
+      }
       break;
+    }
     // ---- Loss: the batch passes (reduction none) or is contracted (sum, mean)
     case OpKind::NllLoss: {  // (logp, target)
       const bool reduced = attr::NllLoss::of(a).reduction != 0;

@@ -5,9 +5,10 @@
 // skip the key tiles above the diagonal. The backward (FlashAttention-2's) recomputes each
 // tile's probabilities from q, k and the saved log-sum-exp: P = exp(s - lse), D = rowsum(dO * O),
 // dS = P * (dP - D); it runs the batch in parallel (each batch entry owns its dq, dk, dv rows).
-// Dropout: weight (b, i, j) of element index e = (b * L + i) * S + j is kept when the uniform
-// from word e % 4 of Philox block offset + e / 4 (the generator's seed) is >= p, the rule of
-// axle::dropout's rand(); the backward regenerates the same mask.
+// Dropout: weight (b, i, j) of element index e = base[b] + i * S + j (base[b] = b * L * S on
+// one device; under SPMD each device's shard of base keeps the global indices) is kept when
+// the uniform from word e % 4 of Philox block offset + e / 4 (the generator's seed) is >= p,
+// the rule of axle::dropout's rand(); the backward regenerates the same mask.
 // Plain loops the compiler vectorises (inner loops over a key tile or a head dim).
 #include <algorithm>
 #include <cmath>
@@ -60,9 +61,10 @@ struct Dropout {
   Generator gen{0};
   uint64_t offset = 0;
   int64_t L = 0, S = 0;
+  Tensor base;  ///< int64, contiguous: batch entry b's first weight index
 
   void row(int64_t b, int64_t i, int64_t j0, int64_t n, float* mult) const {
-    const uint64_t e0 = uint64_t((b * L + i) * S + j0);
+    const uint64_t e0 = uint64_t(base.data<int64_t>()[b] + i * S + j0);
     uint32_t r[4];
     uint64_t blk = ~uint64_t(0);
     for (int64_t t = 0; t < n; ++t) {
@@ -88,6 +90,7 @@ Dropout dropout_of(const Tensors& in, size_t rng_at, double p, const Geom& g) {
   d.offset = uint64_t(r.data<int64_t>()[1]);
   d.L = g.L;
   d.S = g.S;
+  d.base = contiguous_as(in.at(rng_at + 1), kInt64);
   return d;
 }
 
