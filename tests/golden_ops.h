@@ -10,14 +10,17 @@
 // and the metadata "r" = "rtol atol" (PyTorch's tolerance for the row; a looser one than the
 // default 1e-5 / 1e-6 carries its reason in the Python row).
 //
-// A test program includes this header once and names the same rows in C++:
+// Each family's C++ rows are one file tests/golden/<family>.cpp, compiled into the one program
+// test_golden (with tests/test_golden.cpp), naming the same rows in C++:
 //
 //   AXLE_GOLDEN_ROWS(Reduce, "golden_ops_reduce.safetensors",
 //     {"cumsum_dim1", [](const In& x) { return Out{axle::cumsum(x[0], 1)}; }},
 //     ...)
 //
-// Each row is one test per device (Reduce/Golden.Matches/cumsum_dim1_xla); a row in the file
-// without C++, or C++ without a row in the file, fails Reduce.Coverage. Views (transposes,
+// Each row is one test per device (Golden/Reduce.Matches/cumsum_dim1_xla); a row in the file
+// without C++, or C++ without a row in the file, fails ReduceCoverage.FileAndRowsAgree. Every
+// family registers itself (families()), so GoldenOps.EveryOpOfTheTableHasARow
+// (tests/test_golden.cpp) can run every row and list the ops.def entries none of them reaches. Views (transposes,
 // slices) are made inside the row's function, on both sides, so non-contiguous inputs are
 // tested as PyTorch saw them. Integer and bool outputs must match exactly; nan matches nan,
 // inf matches inf of the same sign.
@@ -89,6 +92,33 @@ inline std::string compare(const Tensor& got_any, const Tensor& want, double rto
   return m.str();
 }
 
+/// A family of rows and its file, registered by AXLE_GOLDEN_ROWS.
+struct Family {
+  std::string name, file;
+  const std::vector<Row>* rows;
+};
+inline std::vector<Family>& families() {
+  static std::vector<Family> all;
+  return all;
+}
+inline bool register_family(const char* name, const char* file, const std::vector<Row>* rows) {
+  families().push_back({name, file, rows});
+  return true;
+}
+
+/// Row r's inputs from file f on `device` (those with a gradient in the file require grad).
+inline In row_inputs(const SafeTensors& f, const Row& r, const std::string& device, std::vector<bool>* has_grad) {
+  In inputs;
+  for (int i = 0; f.contains(r.name + ".in" + std::to_string(i)); ++i) {
+    Tensor x = f.at(r.name + ".in" + std::to_string(i)).clone().to(Device(device));
+    const bool g = f.contains(r.name + ".grad" + std::to_string(i));
+    if (g) x.set_requires_grad(true);
+    inputs.push_back(x);
+    if (has_grad) has_grad->push_back(g);
+  }
+  return inputs;
+}
+
 /// The file's contents, read once per program.
 inline const SafeTensors& file(const std::string& name) {
   static std::map<std::string, std::unique_ptr<SafeTensors>> cache;
@@ -110,15 +140,8 @@ inline void check_row(const SafeTensors& f, const Row& r, const std::string& dev
   ASSERT_TRUE(f.metadata.count(r.name)) << "row " << r.name << " is not in " << f.path;
   double rtol = 1e-5, atol = 1e-6;
   std::istringstream(f.metadata.at(r.name)) >> rtol >> atol;
-  In inputs;
   std::vector<bool> has_grad;
-  for (int i = 0; f.contains(r.name + ".in" + std::to_string(i)); ++i) {
-    Tensor x = f.at(r.name + ".in" + std::to_string(i)).clone().to(Device(device));
-    const bool g = f.contains(r.name + ".grad" + std::to_string(i));
-    if (g) x.set_requires_grad(true);
-    inputs.push_back(x);
-    has_grad.push_back(g);
-  }
+  In inputs = row_inputs(f, r, device, &has_grad);
   Out outs;
   try {
     outs = r.fn(inputs);
@@ -168,6 +191,8 @@ inline void check_row(const SafeTensors& f, const Row& r, const std::string& dev
     static const std::vector<axle::golden::Row> rows{__VA_ARGS__};                                           \
     return rows;                                                                                             \
   }                                                                                                          \
+  [[maybe_unused]] const bool Suite##_registered =                                                           \
+      axle::golden::register_family(#Suite, FILE_NAME, &Suite##_rows());                                   \
   std::vector<std::pair<size_t, std::string>> Suite##_cases() {                                              \
     std::vector<std::pair<size_t, std::string>> c;                                                           \
     for (size_t i = 0; i < Suite##_rows().size(); ++i)                                                       \

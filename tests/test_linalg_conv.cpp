@@ -329,7 +329,7 @@ TEST_P(ConvModes, ForwardMatchesReference) {
     auto bv = rand_vec(size_t(c.O), seed++);
     int64_t OH, OW;
     auto want = ref_conv(c, xv, wv, bv, OH, OW);
-    Conv2dOptions o{.stride = {c.sh, c.sw}, .padding = {c.ph, c.pw}, .dilation = {c.dh, c.dw}, .groups = c.g};
+    Conv2dFuncOptions o{.stride = {c.sh, c.sw}, .padding = {c.ph, c.pw}, .dilation = {c.dh, c.dw}, .groups = c.g};
     Tensor x = from_vector(xv, {c.N, c.C, c.H, c.W}), w = from_vector(wv, {c.O, c.C / c.g, c.kh, c.kw});
     Tensor b = c.bias ? from_vector(bv, {c.O}) : Tensor();
     Tensor y = conv2d(x, w, b, o);
@@ -353,7 +353,7 @@ TEST_P(ConvModes, ForwardMatchesReference) {
 }
 
 TEST_P(ConvModes, Gradients) {
-  auto conv = [](Conv2dOptions o, bool bias) {
+  auto conv = [](Conv2dFuncOptions o, bool bias) {
     return [o, bias](const std::vector<Tensor>& t) { return conv2d(t[0], t[1], bias ? t[2] : Tensor(), o); };
   };
   check_grads(conv({.stride = {1, 1}, .padding = {1, 1}, .dilation = {1, 1}, .groups = 1}, true),
@@ -372,7 +372,7 @@ TEST_P(ConvModes, Gradients) {
 TEST_P(ConvModes, ChannelsLastResultsFlowIntoPooling) {
   // conv -> relu -> max_pool -> conv, the cnn pattern, checked against contiguous inputs.
   Tensor x = rt({2, 3, 8, 8}, 71), w1 = rt({4, 3, 3, 3}, 72), w2 = rt({5, 4, 3, 3}, 73);
-  Conv2dOptions o{.stride = {1, 1}, .padding = {1, 1}, .dilation = {1, 1}, .groups = 1};
+  Conv2dFuncOptions o{.stride = {1, 1}, .padding = {1, 1}, .dilation = {1, 1}, .groups = 1};
   Tensor h = max_pool2d(relu(conv2d(x, w1, {}, o)), {.kernel = {2, 2}});
   Tensor y = conv2d(h, w2, {}, o);
   Tensor hc = from_vector(h.to_vector<float>(), h.shape());
@@ -393,7 +393,7 @@ INSTANTIATE_TEST_SUITE_P(Layouts, ConvModes,
                          });
 
 TEST(Conv2d, Errors) {
-  Conv2dOptions o;
+  Conv2dFuncOptions o;
   try {
     conv2d(zeros({1, 3, 5, 5}), zeros({4, 2, 3, 3}), {}, o);
     FAIL() << "expected an error";
@@ -499,7 +499,7 @@ TEST(Pool, Errors) {
 TEST(DnnlCache, SecondCallCreatesNoPrimitive) {
   Tensor x = rt({4, 3, 9, 9}, 111), w = rt({5, 3, 3, 3}, 112), b = rt({5}, 113);
   Tensor a = rt({17, 23}, 114), m = rt({23, 19}, 115);
-  Conv2dOptions o{.stride = {1, 1}, .padding = {1, 1}, .dilation = {1, 1}, .groups = 1};
+  Conv2dFuncOptions o{.stride = {1, 1}, .padding = {1, 1}, .dilation = {1, 1}, .groups = 1};
   auto run = [&] {
     Tensor xr = x.detach().set_requires_grad(true), wr = w.detach().set_requires_grad(true);
     Tensor y = max_pool2d(relu(conv2d(xr, wr, b, o)), {.kernel = {2, 2}});

@@ -99,6 +99,25 @@ Tensor argmin(const Tensor& x, int64_t dim, bool keepdim = false);
 Tensor logsumexp(const Tensor& x, const Shape& dims, bool keepdim = false);
 /// Variance with Bessel's `correction` (1 = unbiased, as torch.var).
 Tensor var(const Tensor& x, const Shape& dims = {}, int64_t correction = 1, bool keepdim = false);
+/// Standard deviation, sqrt(var(x, dims, correction)), as torch.std.
+Tensor std(const Tensor& x, const Shape& dims = {}, int64_t correction = 1, bool keepdim = false);
+/// Product of all elements (a 0-d tensor), as torch.prod(x); the gradient is exact with
+/// zeros in x (the product of the other elements), as PyTorch's.
+Tensor prod(const Tensor& x);
+/// Product along `dim`, as torch.prod(x, dim, keepdim).
+Tensor prod(const Tensor& x, int64_t dim, bool keepdim = false);
+/// Running sum along `dim`, as torch.cumsum (integer inputs sum in int64).
+Tensor cumsum(const Tensor& x, int64_t dim);
+/// (values, indices) sorted along `dim`, as torch.sort; stable keeps equal elements in their
+/// order (with stable = false axle still sorts stably). The gradient flows to the source
+/// positions of the values.
+std::pair<Tensor, Tensor> sort(const Tensor& x, int64_t dim = -1, bool descending = false, bool stable = false);
+/// The indices of sort(x, dim, descending, stable), as torch.argsort.
+Tensor argsort(const Tensor& x, int64_t dim = -1, bool descending = false, bool stable = false);
+/// The k largest (smallest if !largest) (values, indices) along `dim`, as torch.topk; sorted:
+/// in order (largest first), else in any order (axle: always in order).
+std::pair<Tensor, Tensor> topk(const Tensor& x, int64_t k, int64_t dim = -1, bool largest = true,
+                               bool sorted = true);
 
 // ---- shape and indexing ----
 /// A view when the strides allow it, else a copy.
@@ -122,6 +141,27 @@ Tensor stack(const std::vector<Tensor>& xs, int64_t dim = 0);
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);
 /// out[i][j] = x[index[i][j]][j] for dim 0 (torch.gather).
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);
+/// x with src's elements written at `index` along `dim` (out[index[i][j]][j] = src[i][j] for
+/// dim 0), as torch.scatter; index (int64) has src's rank and no dim larger than src's or (off
+/// `dim`) x's. Gradients: x's where not overwritten, src's gathered at index. With repeated
+/// indices the written value is unspecified, as in PyTorch.
+Tensor scatter(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src);
+/// The scalar form: `value` written at `index` (torch.scatter(x, dim, index, value)).
+Tensor scatter(const Tensor& x, int64_t dim, const Tensor& index, double value);
+/// x with src's elements added at `index` along `dim` (repeats accumulate), as torch.scatter_add.
+Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src);
+/// int64 [..., num_classes]: 1 at each element's class, as torch.nn.functional.one_hot;
+/// num_classes = -1: one more than the largest class. Classes must be in [0, num_classes).
+Tensor one_hot(const Tensor& x, int64_t num_classes = -1);
+/// Pads (or crops, with negative sizes) the last dims, as torch.nn.functional.pad: `pad` =
+/// {last_left, last_right, second_last_left, ...}; mode "constant" (with `value`), "reflect"
+/// (padding < the dim's size) or "replicate" (reflect and replicate pad the last 1-3 dims of
+/// a 2-D to 5-D input, as PyTorch).
+Tensor pad(const Tensor& x, const std::vector<int64_t>& pad, const std::string& mode = "constant", double value = 0);
+/// Einstein summation, as torch.einsum: "ij,jk->ik", implicit output ("ij,jk"), "..." for
+/// broadcast batch dims, repeated indices in one operand (diagonals). Lowered to permutes,
+/// reshapes, sums and batched matmuls.
+Tensor einsum(const std::string& equation, const std::vector<Tensor>& operands);
 /// The lower (tril) / upper (triu) triangle of the last two dims of x (>= 2-D), the rest
 /// zero, as torch.tril / torch.triu: element (i, j) is kept where j - i <= diagonal (tril)
 /// or j - i >= diagonal (triu).
@@ -135,21 +175,51 @@ Tensor matmul(const Tensor& a, const Tensor& b);
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b = {});
 
 // ---- convolution and pooling (NCHW) ----
-struct Conv2dOptions {
+struct Conv2dFuncOptions {
   std::vector<int64_t> stride{1, 1}, padding{0, 0}, dilation{1, 1};
   int64_t groups = 1;
 };
 /// x [N, C, H, W], w [O, C/groups, kh, kw], b [O] (optional).
-Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b = {}, const Conv2dOptions& o = {});
+Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b = {}, const Conv2dFuncOptions& o = {});
+/// Options of conv_transpose2d, in torch.nn.functional's order.
+struct ConvTranspose2dFuncOptions {
+  std::vector<int64_t> stride{1, 1}, padding{0, 0}, output_padding{0, 0};
+  int64_t groups = 1;
+  std::vector<int64_t> dilation{1, 1};
+};
+/// Transposed convolution (the gradient of conv2d with respect to its input), as
+/// torch.nn.functional.conv_transpose2d: x [N, C, H, W], w [C, O/groups, kh, kw], b [O]
+/// (optional) -> [N, O, (H-1)*stride - 2*padding + dilation*(kh-1) + output_padding + 1, ...].
+Tensor conv_transpose2d(const Tensor& x, const Tensor& w, const Tensor& b = {},
+                        const ConvTranspose2dFuncOptions& o = {});
+/// Options of the pooling functions and modules (PyTorch's names and defaults).
 struct Pool2dOptions {
   std::vector<int64_t> kernel{2, 2};
   std::vector<int64_t> stride{};  ///< empty: equal to kernel
   std::vector<int64_t> padding{0, 0};
-  bool count_include_pad = true;  ///< avg_pool2d only
+  std::vector<int64_t> dilation{1, 1};  ///< max_pool2d only
+  /// Output sizes rounded up, not down: a last window may start in the right padding's
+  /// reach but never past the input (PyTorch's rule).
+  bool ceil_mode = false;
+  bool count_include_pad = true;  ///< avg_pool2d only: the explicit padding counts in the divisor
 };
 Tensor max_pool2d(const Tensor& x, const Pool2dOptions& o = {});
 Tensor avg_pool2d(const Tensor& x, const Pool2dOptions& o = {});
 Tensor adaptive_avg_pool2d(const Tensor& x, const std::vector<int64_t>& output_size);
+/// Options of interpolate, as torch.nn.functional.interpolate's: give size or scale_factor.
+struct InterpolateOptions {
+  std::vector<int64_t> size{};       ///< the output's spatial size (one value for every dim, or one each)
+  std::vector<double> scale_factor{};  ///< or the factor per spatial dim (one value for every dim, or one each)
+  std::string mode = "nearest";      ///< "nearest" or "bilinear" (4-D input only)
+  /// bilinear only (an error with nearest, as PyTorch): corner pixels' centres aligned; unset: false.
+  std::optional<bool> align_corners{};
+  /// With scale_factor: compute the sampling scale from the output size (true) or use the
+  /// factor as given (false/unset), as PyTorch.
+  std::optional<bool> recompute_scale_factor{};
+};
+/// Resizes the spatial dims of x [N, C, W] / [N, C, H, W] / [N, C, D, H, W] (nearest) or
+/// [N, C, H, W] (bilinear), as torch.nn.functional.interpolate.
+Tensor interpolate(const Tensor& x, const InterpolateOptions& o);
 
 // ---- normalization, activations, losses ----
 /// In training mode uses batch statistics and updates running_mean / running_var
@@ -158,6 +228,10 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, con
                   const Tensor& running_var, bool training, double momentum = 0.1, double eps = 1e-5);
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = {},
                   const Tensor& bias = {}, double eps = 1e-5);
+/// Normalises x [N, C, ...] over `num_groups` groups of channels (and the spatial dims),
+/// then weight [C] and bias [C] (optional), as torch.nn.functional.group_norm.
+Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight = {}, const Tensor& bias = {},
+                  double eps = 1e-5);
 /// Zeroes each element with probability p and scales the rest by 1/(1-p) when training.
 Tensor dropout(const Tensor& x, double p, bool training, Generator* gen = nullptr);
 Tensor softmax(const Tensor& x, int64_t dim);

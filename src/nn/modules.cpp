@@ -77,7 +77,7 @@ Tensor Conv2d::forward(const Tensor& x) {
   AXLE_CHECK(x.defined(), "[Conv2d] expected a defined input");
   AXLE_CHECK(x.dim() == 4 && x.size(1) == in_channels, "[Conv2d] expected input [N, ", in_channels,
              ", H, W], got shape ", shape_str(x.shape()));
-  axle::Conv2dOptions c;
+  axle::Conv2dFuncOptions c;
   c.stride = options.stride.vec();
   c.padding = options.padding.vec();
   c.dilation = options.dilation.vec();
@@ -95,10 +95,10 @@ std::string Conv2d::extra_repr() const {
   return s;
 }
 
-// ---- BatchNorm2d ----
-BatchNorm2d::BatchNorm2d(int64_t c, double eps, double momentum, bool affine)
-    : num_features(c), eps(eps), momentum(momentum) {
-  AXLE_CHECK(c > 0, "[BatchNorm2d] expected num_features > 0, got ", c);
+// ---- BatchNorm ----
+BatchNorm::BatchNorm(int64_t c, double eps, std::optional<double> momentum, bool affine, bool track)
+    : num_features(c), eps(eps), momentum(momentum), affine(affine), track_running_stats(track) {
+  AXLE_CHECK(c > 0, "[BatchNorm] expected num_features > 0, got ", c);
   if (affine) {
     weight = register_parameter("weight", ones({c}));
     bias = register_parameter("bias", zeros({c}));
@@ -107,18 +107,29 @@ BatchNorm2d::BatchNorm2d(int64_t c, double eps, double momentum, bool affine)
   running_var = register_buffer("running_var", ones({c}));
 }
 
-Tensor BatchNorm2d::forward(const Tensor& x) {
-  AXLE_CHECK(x.defined(), "[BatchNorm2d] expected a defined input");
-  AXLE_CHECK(x.dim() == 4, "[BatchNorm2d] expected 4-D input [N, C, H, W], got ", x.dim(), "-D input of shape ",
+Tensor BatchNorm::forward(const Tensor& x) {
+  AXLE_CHECK(x.defined(), "[", name(), "] expected a defined input");
+  check_input(x);
+  AXLE_CHECK(x.size(1) == num_features, "[", name(), "] expected ", num_features, " channels, got shape ",
              shape_str(x.shape()));
-  AXLE_CHECK(x.size(1) == num_features, "[BatchNorm2d] expected ", num_features, " channels, got shape ",
-             shape_str(x.shape()));
-  return batch_norm(x, weight, bias, running_mean, running_var, is_training(), momentum, eps);
+  AXLE_CHECK(momentum.has_value(), "[", name(), "] momentum=None is not implemented yet");
+  return batch_norm(x, weight, bias, running_mean, running_var, is_training(), *momentum, eps);
 }
 
-std::string BatchNorm2d::extra_repr() const {
-  return std::to_string(num_features) + ", eps=" + num_str(eps) + ", momentum=" + num_str(momentum) +
-         ", affine=" + b2s(weight.defined()) + ", track_running_stats=True";
+void BatchNorm2d::check_input(const Tensor& x) const {
+  AXLE_CHECK(x.dim() == 4, "[BatchNorm2d] expected 4-D input [N, C, H, W], got ", x.dim(), "-D input of shape ",
+             shape_str(x.shape()));
+}
+
+void BatchNorm1d::check_input(const Tensor& x) const {
+  AXLE_CHECK(x.dim() == 2 || x.dim() == 3, "[BatchNorm1d] expected 2-D or 3-D input [N, C] or [N, C, L], got ",
+             x.dim(), "-D input of shape ", shape_str(x.shape()));
+}
+
+std::string BatchNorm::extra_repr() const {
+  return std::to_string(num_features) + ", eps=" + num_str(eps) +
+         ", momentum=" + (momentum ? num_str(*momentum) : std::string("None")) + ", affine=" + b2s(affine) +
+         ", track_running_stats=" + b2s(track_running_stats);
 }
 
 // ---- LayerNorm ----
@@ -157,7 +168,8 @@ Tensor Dropout::forward(const Tensor& x) { return dropout(x, p, is_training()); 
 std::string Dropout::extra_repr() const { return "p=" + num_str(p) + ", inplace=False"; }
 
 // ---- pooling ----
-static Pool2dOptions make_pool(const char* op, Int2 k, std::optional<Int2> s, Int2 pad, bool count_include_pad) {
+static Pool2dOptions make_pool(const char* op, Int2 k, std::optional<Int2> s, Int2 pad, Int2 dilation, bool ceil_mode,
+                               bool count_include_pad) {
   AXLE_CHECK(k.h > 0 && k.w > 0, "[", op, "] expected a positive kernel size, got ", pair_str(k));
   Int2 st = s.value_or(k);
   AXLE_CHECK(st.h > 0 && st.w > 0, "[", op, "] expected a positive stride, got ", pair_str(st));
@@ -168,6 +180,8 @@ static Pool2dOptions make_pool(const char* op, Int2 k, std::optional<Int2> s, In
   o.kernel = k.vec();
   o.stride = st.vec();
   o.padding = pad.vec();
+  o.dilation = dilation.vec();
+  o.ceil_mode = ceil_mode;
   o.count_include_pad = count_include_pad;
   return o;
 }
@@ -178,12 +192,13 @@ static std::string pool_repr(const Pool2dOptions& o) {
   return "kernel_size=" + v(o.kernel) + ", stride=" + v(o.stride) + ", padding=" + v(o.padding);
 }
 
-MaxPool2d::MaxPool2d(Int2 k, std::optional<Int2> s, Int2 pad) : options(make_pool("MaxPool2d", k, s, pad, true)) {}
+MaxPool2d::MaxPool2d(Int2 k, std::optional<Int2> s, Int2 pad, Int2 dilation, bool ceil_mode)
+    : options(make_pool("MaxPool2d", k, s, pad, dilation, ceil_mode, true)) {}
 Tensor MaxPool2d::forward(const Tensor& x) { return max_pool2d(x, options); }
 std::string MaxPool2d::extra_repr() const { return pool_repr(options) + ", dilation=1, ceil_mode=False"; }
 
-AvgPool2d::AvgPool2d(Int2 k, std::optional<Int2> s, Int2 pad, bool cip)
-    : options(make_pool("AvgPool2d", k, s, pad, cip)) {}
+AvgPool2d::AvgPool2d(Int2 k, std::optional<Int2> s, Int2 pad, bool ceil_mode, bool cip)
+    : options(make_pool("AvgPool2d", k, s, pad, 1, ceil_mode, cip)) {}
 Tensor AvgPool2d::forward(const Tensor& x) { return avg_pool2d(x, options); }
 std::string AvgPool2d::extra_repr() const { return pool_repr(options); }
 

@@ -127,7 +127,7 @@ void register_conv_ops() {
 
 namespace axle {
 
-Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dOptions& o) {
+Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dFuncOptions& o) {
   AXLE_CHECK(o.stride.size() == 2 && o.padding.size() == 2 && o.dilation.size() == 2,
              "[conv2d] expected 2 values each for stride, padding and dilation, got ", o.stride.size(), ", ",
              o.padding.size(), ", ", o.dilation.size());

@@ -141,6 +141,8 @@ std::vector<int64_t> pool_ints(const Pool2dOptions& o, const char* op) {
   AXLE_CHECK(o.kernel.size() == 2 && s.size() == 2 && o.padding.size() == 2, "[", op,
              "] expected 2 values each for kernel, stride and padding, got ", o.kernel.size(), ", ", s.size(), ", ",
              o.padding.size());
+  AXLE_CHECK(!o.ceil_mode && o.dilation == std::vector<int64_t>({1, 1}), "[", op,
+             "] ceil_mode and dilation are not implemented yet");
   return {o.kernel[0], o.kernel[1], s[0], s[1], o.padding[0], o.padding[1]};
 }
 }  // namespace

@@ -58,16 +58,84 @@ class Conv2d : public Module {
   Tensor weight, bias;
 };
 
-/// Batch normalisation over [N, C, H, W] per channel. weight 1, bias 0, running_mean 0, running_var 1.
-class BatchNorm2d : public Module {
+struct ConvTranspose2dOptions {
+  Int2 stride = 1, padding = 0, output_padding = 0;
+  int64_t groups = 1;
+  bool bias = true;
+  Int2 dilation = 1;
+};
+
+/// 2-D transposed convolution (NCHW), as torch.nn.ConvTranspose2d. weight [in, out/groups, kh, kw],
+/// bias [out]; both U(-1/sqrt(fan_in), 1/sqrt(fan_in)) with PyTorch's fan_in = out/groups*kh*kw.
+class ConvTranspose2d : public Module {
  public:
-  explicit BatchNorm2d(int64_t num_features, double eps = 1e-5, double momentum = 0.1, bool affine = true);
+  ConvTranspose2d(int64_t in_channels, int64_t out_channels, Int2 kernel_size, ConvTranspose2dOptions o = {});
   Tensor forward(const Tensor& x) override;
-  std::string name() const override { return "BatchNorm2d"; }
+  std::string name() const override { return "ConvTranspose2d"; }
+  std::string extra_repr() const override;
+  void reset_parameters();
+  int64_t in_channels, out_channels;
+  Int2 kernel_size;
+  ConvTranspose2dOptions options;
+  Tensor weight, bias;
+};
+
+/// Batch normalisation per channel (torch.nn's _BatchNorm): weight 1, bias 0, running_mean 0,
+/// running_var 1, num_batches_tracked 0 (int64, 0-d: PyTorch's buffers, names and order, so a
+/// PyTorch state dict loads strictly). Training: batch statistics, running ones updated with
+/// `momentum` (unset: the cumulative average over num_batches_tracked batches, as PyTorch's
+/// momentum=None); eval: the running statistics (the batch's without track_running_stats).
+class BatchNorm : public Module {
+ public:
+  Tensor forward(const Tensor& x) override;
   std::string extra_repr() const override;
   int64_t num_features;
-  double eps, momentum;
-  Tensor weight, bias, running_mean, running_var;
+  double eps;
+  std::optional<double> momentum;
+  bool affine, track_running_stats;
+  Tensor weight, bias, running_mean, running_var, num_batches_tracked;
+
+ protected:
+  BatchNorm(int64_t num_features, double eps, std::optional<double> momentum, bool affine, bool track_running_stats);
+  /// Throws unless x has a rank this variant takes (1d: [N, C] or [N, C, L]; 2d: [N, C, H, W]).
+  virtual void check_input(const Tensor& x) const = 0;
+};
+
+/// Batch normalisation over [N, C] or [N, C, L].
+class BatchNorm1d : public BatchNorm {
+ public:
+  explicit BatchNorm1d(int64_t num_features, double eps = 1e-5, std::optional<double> momentum = 0.1,
+                       bool affine = true, bool track_running_stats = true)
+      : BatchNorm(num_features, eps, momentum, affine, track_running_stats) {}
+  std::string name() const override { return "BatchNorm1d"; }
+
+ protected:
+  void check_input(const Tensor& x) const override;
+};
+
+/// Batch normalisation over [N, C, H, W].
+class BatchNorm2d : public BatchNorm {
+ public:
+  explicit BatchNorm2d(int64_t num_features, double eps = 1e-5, std::optional<double> momentum = 0.1,
+                       bool affine = true, bool track_running_stats = true)
+      : BatchNorm(num_features, eps, momentum, affine, track_running_stats) {}
+  std::string name() const override { return "BatchNorm2d"; }
+
+ protected:
+  void check_input(const Tensor& x) const override;
+};
+
+/// Group normalisation of [N, C, ...]: `num_groups` must divide num_channels. weight 1, bias 0 [C].
+class GroupNorm : public Module {
+ public:
+  GroupNorm(int64_t num_groups, int64_t num_channels, double eps = 1e-5, bool affine = true);
+  Tensor forward(const Tensor& x) override;
+  std::string name() const override { return "GroupNorm"; }
+  std::string extra_repr() const override;
+  int64_t num_groups, num_channels;
+  double eps;
+  bool affine;
+  Tensor weight, bias;
 };
 
 /// Layer normalisation over the trailing `normalized_shape` dims. weight 1, bias 0.
@@ -160,7 +228,8 @@ class Identity : public Module {
 /// Max pooling; stride defaults to kernel_size.
 class MaxPool2d : public Module {
  public:
-  MaxPool2d(Int2 kernel_size, std::optional<Int2> stride = std::nullopt, Int2 padding = 0);
+  MaxPool2d(Int2 kernel_size, std::optional<Int2> stride = std::nullopt, Int2 padding = 0, Int2 dilation = 1,
+            bool ceil_mode = false);
   Tensor forward(const Tensor& x) override;
   std::string name() const override { return "MaxPool2d"; }
   std::string extra_repr() const override;
@@ -171,7 +240,7 @@ class MaxPool2d : public Module {
 class AvgPool2d : public Module {
  public:
   AvgPool2d(Int2 kernel_size, std::optional<Int2> stride = std::nullopt, Int2 padding = 0,
-            bool count_include_pad = true);
+            bool ceil_mode = false, bool count_include_pad = true);
   Tensor forward(const Tensor& x) override;
   std::string name() const override { return "AvgPool2d"; }
   std::string extra_repr() const override;
@@ -185,6 +254,17 @@ class AdaptiveAvgPool2d : public Module {
   std::string name() const override { return "AdaptiveAvgPool2d"; }
   std::string extra_repr() const override;
   Int2 output_size;
+};
+
+/// Resizes with interpolate, as torch.nn.Upsample: give size or scale_factor (one value for
+/// every spatial dim, or one each); mode "nearest" or "bilinear".
+class Upsample : public Module {
+ public:
+  explicit Upsample(InterpolateOptions o) : options(std::move(o)) {}
+  Tensor forward(const Tensor& x) override { return interpolate(x, options); }
+  std::string name() const override { return "Upsample"; }
+  std::string extra_repr() const override;
+  InterpolateOptions options;
 };
 
 /// Flattens dims start..end (default: all but the batch dim).
@@ -224,6 +304,46 @@ class Sequential : public Module {
 
  private:
   std::vector<ModulePtr> modules_;
+};
+
+/// Holds modules in a list, as torch.nn.ModuleList: children named "0", "1", ... (so
+/// parameters are "0.weight", ...); it has no forward of its own (calling it throws).
+class ModuleList : public Module {
+ public:
+  ModuleList() = default;
+  explicit ModuleList(std::vector<ModulePtr> modules);
+  ModuleList(std::initializer_list<ModulePtr> modules);
+  std::string name() const override { return "ModuleList"; }
+  /// Appends a module named by its index.
+  void push_back(ModulePtr m);
+  size_t size() const { return modules_.size(); }
+  /// The i-th module; an index out of range throws (naming the size).
+  const ModulePtr& operator[](size_t i) const;
+  std::vector<ModulePtr>::const_iterator begin() const { return modules_.begin(); }
+  std::vector<ModulePtr>::const_iterator end() const { return modules_.end(); }
+
+ private:
+  std::vector<ModulePtr> modules_;
+};
+
+/// Holds modules by name in insertion order, as torch.nn.ModuleDict (children named by their
+/// keys); it has no forward of its own (calling it throws).
+class ModuleDict : public Module {
+ public:
+  ModuleDict() = default;
+  explicit ModuleDict(std::vector<std::pair<std::string, ModulePtr>> modules);
+  std::string name() const override { return "ModuleDict"; }
+  /// Adds a module under `key` (a key already there: replaced in its place, as PyTorch).
+  void insert(const std::string& key, ModulePtr m);
+  bool contains(const std::string& key) const;
+  /// The module under `key`; a missing key throws (naming the keys there are).
+  const ModulePtr& operator[](const std::string& key) const;
+  size_t size() const { return items_.size(); }
+  std::vector<std::string> keys() const;
+  const std::vector<std::pair<std::string, ModulePtr>>& items() const { return items_; }
+
+ private:
+  std::vector<std::pair<std::string, ModulePtr>> items_;
 };
 
 }  // namespace axle::nn
