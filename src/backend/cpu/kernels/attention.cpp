@@ -1,15 +1,18 @@
 // Fused scaled dot-product attention on cpu (ops.def: ScaledDotProductAttention and its
-// backward). Tiled with an online softmax: per query row a running max m and sum l; each key
-// tile's scores rescale the accumulator by exp(m_old - m_new). Scratch is one query tile x key
-// tile per thread, never L x S. The forward runs batch x query tiles in parallel; causal runs
-// skip the key tiles above the diagonal. The backward (FlashAttention-2's) recomputes each
-// tile's probabilities from q, k and the saved log-sum-exp: P = exp(s - lse), D = rowsum(dO * O),
-// dS = P * (dP - D); it runs the batch in parallel (each batch entry owns its dq, dk, dv rows).
+// backward), blocked with an online softmax: queries in blocks of kBq rows, keys in blocks of
+// kBk; per query row a running max m and sum l, each key block's scores rescaling the
+// accumulator by exp(m_old - m_new). The products are oneDNN batched matmuls over every batch
+// entry (batch x heads) at once, reading q, k, v and the output gradient in place through
+// their strides (the transposed views of a [B, T, H, E] layout need no copy); the softmax steps
+// between them are plain vectorised loops. Scratch is one kBq x kBk score block per batch entry
+// (the batch taken in chunks of at most kScratchFloats), never L x S. Causal runs skip the key
+// blocks above the diagonal. The backward (FlashAttention-2's) recomputes each block's
+// probabilities from q, k and the saved log-sum-exp: P = exp(s - lse), D = rowsum(dO * O),
+// dS = P * (dP - D); dV += P^T dO, dQ += dS K, dK += dS^T Q accumulate in the outputs.
 // Dropout: weight (b, i, j) of element index e = base[b] + i * S + j (base[b] = b * L * S on
 // one device; under SPMD each device's shard of base keeps the global indices) is kept when
 // the uniform from word e % 4 of Philox block offset + e / 4 (the generator's seed) is >= p,
 // the rule of axle::dropout's rand(); the backward regenerates the same mask.
-// Plain loops the compiler vectorises (inner loops over a key tile or a head dim).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -17,6 +20,7 @@
 #include <vector>
 
 #include "axle/generator.h"
+#include "backend/cpu/dnnl.h"
 #include "backend/cpu/kernels/kernels.h"
 #include "backend/cpu/kernels/vexp.h"
 #include "backend/cpu/loops.h"
@@ -28,30 +32,235 @@ namespace axle::cpu {
 using namespace axle::ops;
 namespace {
 
-constexpr int64_t kBq = 32;  ///< query rows per tile
-constexpr int64_t kBk = 64;  ///< keys per tile
+namespace dg = cpu::dnnl_glue;
+
+constexpr int64_t kBq = 64;  ///< query rows per block
+constexpr int64_t kBk = 64;  ///< keys per block
+/// Score-block scratch per chunk of the batch (floats; the backward holds two such blocks).
+constexpr int64_t kScratchFloats = int64_t(1) << 16;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 /// exp for x <= 0 (scores less their row's max or log-sum-exp), about 1 ulp (Cephes polynomial);
-/// 0 below -87.5 and for -inf. The clamp and the zeroing are integer selects on the bits (a
-/// float compare would leave a branch the vectoriser gives up on under -ftrapping-math).
+/// 0 below -86 and for -inf. -86, not -87.5: the polynomial times 2^n is then never subnormal
+/// (2^-124 at least), and a subnormal product costs a microcode assist of ~100 cycles per
+/// vector on Intel cores (it made the masked half of causal blocks 10x slower); e^-86 < 2e-38
+/// is far below what a row's sum (>= 1) can feel. The clamp and the zeroing are integer selects
+/// on the bits (a float compare would leave a branch the vectoriser gives up on under
+/// -ftrapping-math).
 inline float fexp(float x) {
-  const int32_t xb = __builtin_bit_cast(int32_t, x), lim = __builtin_bit_cast(int32_t, -87.5f);
-  const int32_t under = -int32_t((xb < 0) & (xb > lim));  // all ones where x < -87.5
+  const int32_t xb = __builtin_bit_cast(int32_t, x), lim = __builtin_bit_cast(int32_t, -86.0f);
+  const int32_t under = -int32_t((xb < 0) & (xb > lim));  // all ones where x < -86
   const float xc = __builtin_bit_cast(float, (lim & under) | (xb & ~under));
   float y = exp_clamped(xc);
   return __builtin_bit_cast(float, __builtin_bit_cast(int32_t, y) & ~under);
 }
 
+/// A [batch..., rows, cols] float operand: its data and strides (elements), the last dim dense.
+struct Operand {
+  Tensor t;  ///< keeps the storage alive
+  float* p = nullptr;
+  Shape strides;
+};
+
+/// x (float32) as an operand whose last dim is dense (a contiguous copy otherwise).
+Operand operand_of(const Tensor& x) {
+  Tensor t = x;
+  if (t.dtype() != kFloat32 || (t.shape().back() != 1 && t.strides().back() != 1)) t = contiguous_as(t, kFloat32);
+  return Operand{t, t.data<float>(), t.strides()};
+}
+
+/// The batch geometry: batch dims (at least one: an unbatched call has a dim of 1), the
+/// sequence lengths and head sizes.
 struct Geom {
-  int64_t N, L, S, E, Ev;
+  Shape batch;  ///< the batch dims
+  int64_t N = 1, L = 0, S = 0, E = 0, Ev = 0;
+  int64_t inner = 1;  ///< product of batch dims after the first
 };
 
 Geom geom_of(const Tensor& q, const Tensor& v) {
   const Shape& s = q.shape();
-  Geom g{1, s[s.size() - 2], v.shape()[s.size() - 2], s.back(), v.shape().back()};
-  for (size_t d = 0; d + 2 < s.size(); ++d) g.N *= s[d];
+  Geom g;
+  g.batch = Shape(s.begin(), s.end() - 2);
+  if (g.batch.empty()) g.batch = {1};
+  g.L = s[s.size() - 2];
+  g.S = v.shape()[v.dim() - 2];
+  g.E = s.back();
+  g.Ev = v.shape().back();
+  for (int64_t b : g.batch) g.N *= b;
+  for (size_t d = 1; d < g.batch.size(); ++d) g.inner *= g.batch[d];
   return g;
+}
+
+/// Element offset of flat batch entry b in an operand with `strides` (batch dims first; an
+/// unbatched operand has none).
+int64_t batch_offset(const Geom& g, const Shape& strides, int64_t b) {
+  if (strides.size() == 2) return 0;
+  int64_t off = 0;
+  for (size_t d = g.batch.size(); d-- > 0;) {
+    off += (b % g.batch[d]) * strides[d];
+    b /= g.batch[d];
+  }
+  return off;
+}
+
+/// One strided batched matrix: `c` batch entries starting at flat entry b0 (b0 a multiple of
+/// g.inner, c of them too), rows x cols, row stride rs, column stride cs.
+struct Mat {
+  float* p;
+  Shape dims, strides;
+};
+
+/// The view of operand o's rows r0..r0+rows (all `cols` columns; or its transpose) for the
+/// batch entries [b0, b0 + c) (b0 and c multiples of g.inner). A batch dim the operand
+/// broadcasts (stride 0) is a dim of 1 that oneDNN broadcasts.
+Mat mat_of(const Geom& g, const Operand& o, int64_t b0, int64_t c, int64_t r0, int64_t rows, int64_t cols,
+           bool transposed) {
+  const size_t nb = g.batch.size(), nd = o.strides.size();
+  const bool unbatched = nd == 2;
+  Mat m;
+  m.p = o.p + batch_offset(g, o.strides, b0) + r0 * o.strides[nd - 2];
+  const int64_t rs = rows == 1 ? cols : o.strides[nd - 2], cs = 1;  // a size-1 dim's stride is free
+  for (size_t d = 0; d < nb; ++d) {
+    const int64_t st = unbatched ? 0 : o.strides[d];
+    m.dims.push_back(st == 0 ? 1 : d == 0 ? c / g.inner : g.batch[d]);
+    m.strides.push_back(st);
+  }
+  if (transposed) {
+    m.dims.push_back(cols), m.dims.push_back(rows);
+    m.strides.push_back(cs), m.strides.push_back(rs);
+  } else {
+    m.dims.push_back(rows), m.dims.push_back(cols);
+    m.strides.push_back(rs), m.strides.push_back(cs);
+  }
+  // size-1 batch dims: a stride covering the rest (oneDNN checks the layout's extent)
+  for (size_t d = nb; d-- > 0;)
+    if (m.dims[d] == 1) {
+      int64_t ext = 1;
+      for (size_t e = d + 1; e < m.dims.size(); ++e) ext = std::max(ext, m.dims[e] * m.strides[e]);
+      m.strides[d] = ext;
+    }
+  return m;
+}
+
+/// Runs f(t) for t in [0, n): on an OpenMP team when the work is worth one.
+template <class F>
+void rows_loop(int64_t n, int64_t work, F&& f) {
+  if (n > 1 && use_team(work)) {
+#pragma omp parallel for schedule(static)
+    for (int64_t t = 0; t < n; ++t) f(t);
+  } else {
+    for (int64_t t = 0; t < n; ++t) f(t);
+  }
+}
+
+/// o's last two dims transposed into a new dense [batch..., cols, rows] operand (oneDNN's fast
+/// batched kernels want a plain row-major right operand: K^T and V^T are made once per call).
+Operand transposed_dense(const Geom& g, const Operand& o, int64_t rows, int64_t cols) {
+  Shape shape = g.batch;
+  shape.push_back(cols), shape.push_back(rows);
+  Tensor t = make_tensor(shape, kFloat32);
+  float* d = t.data<float>();
+  const int64_t rs = o.strides[o.strides.size() - 2];
+  rows_loop(g.N, g.N * rows * cols, [&](int64_t b) {
+    const float* src = o.p + batch_offset(g, o.strides, b);
+    float* dst = d + b * rows * cols;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) dst[c * rows + r] = src[r * rs + c];
+  });
+  return Operand{t, d, t.strides()};
+}
+
+/// Columns j0..j0+n of a dense transposed operand (rows x S) for chunk [b0, b0 + c).
+Mat cols_of(const Geom& g, const Operand& t, int64_t b0, int64_t c, int64_t rows, int64_t j0, int64_t n) {
+  Mat m = mat_of(g, t, b0, c, 0, rows, n, false);
+  m.p += j0;
+  if (rows == 1) m.strides[m.strides.size() - 2] = t.strides[t.strides.size() - 2];
+  return m;
+}
+
+/// A dense [c / inner, batch[1:]..., rows, cols] scratch matrix at p.
+Mat dense(const Geom& g, float* p, int64_t c, int64_t rows, int64_t cols, bool transposed = false) {
+  Mat m;
+  m.p = p;
+  const size_t nb = g.batch.size();
+  for (size_t d = 0; d < nb; ++d) m.dims.push_back(d == 0 ? c / g.inner : g.batch[d]);
+  m.dims.push_back(rows), m.dims.push_back(cols);
+  m.strides.assign(m.dims.size(), 1);
+  for (size_t d = m.dims.size() - 1; d-- > 0;) m.strides[d] = m.strides[d + 1] * m.dims[d + 1];
+  if (transposed) {
+    std::swap(m.dims[nb], m.dims[nb + 1]);
+    std::swap(m.strides[nb], m.strides[nb + 1]);
+  }
+  return m;
+}
+
+/// A score block in scratch: [c / inner, batch[1:]..., m, n] with rows kBk apart (so the row
+/// loops run a fixed kBk columns), batch entries kBq * kBk apart; or its transpose.
+Mat block(const Geom& g, float* p, int64_t c, int64_t m, int64_t n, bool transposed = false) {
+  Mat b = dense(g, p, c, kBq, kBk, transposed);
+  const size_t nb = g.batch.size();
+  b.dims[nb + (transposed ? 1 : 0)] = m;
+  b.dims[nb + (transposed ? 0 : 1)] = n;
+  return b;
+}
+
+/// Row r (kBk wide) scaled, with -inf from column nk on; returns its max. 8 lanes: the
+/// reduction vectorises without reassociating the compiler could not do itself.
+inline float scale_mask_max(float* r, float scale, int64_t nk) {
+  // unconditional, then the mask: a select on a float product stays scalar under -ftrapping-math
+  for (int64_t j = 0; j < kBk; ++j) r[j] *= scale;
+  std::fill(r + nk, r + kBk, kNegInf);
+  float m8[8];
+  for (int l = 0; l < 8; ++l) m8[l] = r[l];
+  for (int64_t j = 8; j < kBk; j += 8)
+    for (int l = 0; l < 8; ++l) m8[l] = m8[l] > r[j + l] ? m8[l] : r[j + l];
+  float m = m8[0];
+  for (int l = 1; l < 8; ++l) m = m > m8[l] ? m : m8[l];
+  return m;
+}
+
+/// r[j] = exp(r[j] - mx) over the kBk columns (0 where r is -inf); returns their sum.
+inline float exp_sum(float* r, float mx) {
+  for (int64_t j = 0; j < kBk; ++j) r[j] = fexp(r[j] - mx);
+  float s8[8] = {};
+  for (int64_t j = 0; j < kBk; j += 8)
+    for (int l = 0; l < 8; ++l) s8[l] += r[j + l];
+  float s = 0.0f;
+  for (int l = 0; l < 8; ++l) s += s8[l];
+  return s;
+}
+
+struct GemmEntry {
+  dnnl::matmul prim;
+  dnnl::memory::desc a, b, c;
+  size_t scratch = 0;
+};
+
+/// c = a @ b, or c += a @ b with `accumulate` (oneDNN's sum post-op), over the batch dims.
+void gemm(const Mat& a, const Mat& b, const Mat& c, bool accumulate) {
+  dg::Key key("sdpa-gemm");
+  key << a.dims << a.strides << b.dims << b.strides << c.dims << c.strides << int64_t(accumulate);
+  auto e = dg::cached<GemmEntry>(key, [&] {
+    auto e = std::make_shared<GemmEntry>();
+    e->a = dg::strided_desc(a.dims, a.strides, kFloat32);
+    e->b = dg::strided_desc(b.dims, b.strides, kFloat32);
+    e->c = dg::strided_desc(c.dims, c.strides, kFloat32);
+    dnnl::primitive_attr attr = dg::default_attr();
+    if (accumulate) {
+      dnnl::post_ops po;
+      po.append_sum(1.0f);
+      attr.set_post_ops(po);
+    }
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(e->a, e->b, e->c), attr, dg::engine());
+    e->prim = dnnl::matmul(pd);
+    e->scratch = pd.scratchpad_desc().get_size();
+    return e;
+  });
+  dg::Exec ex;
+  ex.arg(DNNL_ARG_SRC, dnnl::memory(e->a, dg::engine(), a.p));
+  ex.arg(DNNL_ARG_WEIGHTS, dnnl::memory(e->b, dg::engine(), b.p));
+  ex.arg(DNNL_ARG_DST, dnnl::memory(e->c, dg::engine(), c.p));
+  ex.run(e->prim, e->scratch);
 }
 
 /// The dropout rule: multipliers (0 or 1 / (1 - p)) for keys j0..j0+n-1 of row (b, i).
@@ -60,7 +269,7 @@ struct Dropout {
   float p = 0, inv_keep = 1;
   Generator gen{0};
   uint64_t offset = 0;
-  int64_t L = 0, S = 0;
+  int64_t S = 0;
   Tensor base;  ///< int64, contiguous: batch entry b's first weight index
 
   void row(int64_t b, int64_t i, int64_t j0, int64_t n, float* mult) const {
@@ -88,344 +297,205 @@ Dropout dropout_of(const Tensors& in, size_t rng_at, double p, const Geom& g) {
   d.inv_keep = float(1.0 / (1.0 - p));
   d.gen = Generator(uint64_t(r.data<int64_t>()[0]));
   d.offset = uint64_t(r.data<int64_t>()[1]);
-  d.L = g.L;
   d.S = g.S;
   d.base = contiguous_as(in.at(rng_at + 1), kInt64);
   return d;
 }
 
-/// s[ii * kBk + jj] = sum_e a[ii * E + e] * bt[e * kBk + jj] for ii < m and all kBk columns
-/// (bt: E x kBk, zero past the tile's keys): fixed-length inner loops the compiler keeps in
-/// registers.
-inline void tile_scores(const float* a, const float* bt, float* s, int64_t m, int64_t E) {
-  for (int64_t ii = 0; ii < m; ++ii) {
-    const float* ar = a + ii * E;
-    float acc[kBk] = {};
-    int64_t e = 0;
-    for (; e + 4 <= E; e += 4) {  // 4 products per accumulator update: shorter store-to-load chains
-      const float x0 = ar[e], x1 = ar[e + 1], x2 = ar[e + 2], x3 = ar[e + 3];
-      const float *b0 = bt + e * kBk, *b1 = b0 + kBk, *b2 = b1 + kBk, *b3 = b2 + kBk;
-      for (int64_t jj = 0; jj < kBk; ++jj) acc[jj] += x0 * b0[jj] + x1 * b1[jj] + x2 * b2[jj] + x3 * b3[jj];
-    }
-    for (; e < E; ++e) {
-      const float x = ar[e];
-      const float* br = bt + e * kBk;
-      for (int64_t jj = 0; jj < kBk; ++jj) acc[jj] += x * br[jj];
-    }
-    std::memcpy(s + ii * kBk, acc, sizeof acc);
-  }
+/// Batch entries per chunk: a multiple of g.inner whose score blocks fit the scratch budget.
+int64_t chunk_of(const Geom& g, int64_t blocks) {
+  const int64_t per = g.inner * kBq * kBk * blocks;
+  const int64_t outer = std::max<int64_t>(1, std::min<int64_t>(g.batch[0], kScratchFloats / std::max<int64_t>(per, 1)));
+  return outer * g.inner;
 }
 
-/// bt[e * kBk + jj] = b[(j0 + jj) * E + e] for jj < n, 0 for n <= jj < kBk.
-inline void transpose_tile(const float* b, float* bt, int64_t j0, int64_t n, int64_t E) {
-  if (n < kBk)
-    for (int64_t e = 0; e < E; ++e) std::fill(bt + e * kBk + n, bt + (e + 1) * kBk, 0.0f);
-  for (int64_t jj = 0; jj < n; ++jj) {
-    const float* br = b + (j0 + jj) * E;
-    for (int64_t e = 0; e < E; ++e) bt[e * kBk + jj] = br[e];
-  }
+/// The first masked key of query row i (causal: keys after i; n: none masked).
+inline int64_t first_masked(bool causal, int64_t i, int64_t j0, int64_t n) {
+  return causal ? std::clamp<int64_t>(i + 1 - j0, 0, n) : n;
 }
 
-/// Causal: -inf where key j0 + jj > query i0 + ii; and past the tile's n keys.
-inline void mask_tile(float* s, int64_t i0, int64_t m, int64_t j0, int64_t n, bool causal) {
-  for (int64_t ii = 0; ii < m; ++ii) {
-    const int64_t first = causal ? std::clamp<int64_t>(i0 + ii + 1 - j0, 0, n) : n;
-    for (int64_t jj = first; jj < kBk; ++jj) s[ii * kBk + jj] = kNegInf;
-  }
+/// Row r (kBk wide) of scores becomes P = exp(r * scale - lse), 0 from column nk on (values
+/// by argument: the loop vectorises without alias checks against captured references).
+inline void probabilities(float* r, float scale, float lse, int64_t nk) {
+  for (int64_t j = 0; j < kBk; ++j) r[j] = fexp(r[j] * scale - lse);  // <= 0 up to rounding where unmasked
+  std::fill(r + nk, r + kBk, 0.0f);
 }
 
-inline float row_max(const float* r) {
-  float m8[8];
-  for (int l = 0; l < 8; ++l) m8[l] = r[l];
-  for (int64_t j = 8; j < kBk; j += 8)
-    for (int l = 0; l < 8; ++l) m8[l] = m8[l] > r[j + l] ? m8[l] : r[j + l];
-  float m = m8[0];
-  for (int l = 1; l < 8; ++l) m = m > m8[l] ? m : m8[l];
-  return m;
+/// dS = scale * P * (dP - D) over the first nk columns of a row, 0 after.
+inline void score_grads(float* dp, const float* p, float scale, float d, int64_t nk) {
+  for (int64_t j = 0; j < nk; ++j) dp[j] = scale * p[j] * (dp[j] - d);
+  std::fill(dp + nk, dp + kBk, 0.0f);
 }
-
-/// r[j] = exp(r[j] - mx) for all kBk columns; returns their sum.
-inline float exp_row(float* r, float mx) {
-  for (int64_t j = 0; j < kBk; ++j) r[j] = fexp(r[j] - mx);
-  float s8[8] = {};
-  for (int64_t j = 0; j < kBk; j += 8)
-    for (int l = 0; l < 8; ++l) s8[l] += r[j + l];
-  float s = 0.0f;
-  for (int l = 0; l < 8; ++l) s += s8[l];
-  return s;
-}
-
-// Head sizes known at compile time (0: the run time's): the per-row accumulators stay in
-// registers for the common sizes.
-template <int EQ, int EV>
-struct Dims {
-  static constexpr int kMaxLocal = 128;
-  int64_t E_, Ev_;
-  int64_t E() const { return EQ ? EQ : E_; }
-  int64_t Ev() const { return EV ? EV : Ev_; }
-};
 
 // ------------------------------------------------------------------ forward
-template <int EQ, int EV>
-void fwd_impl(const float* qp, const float* kp, const float* vp, float* op, float* lp, const Geom& g, float scale,
+/// out (dense [N, L, Ev]) and lse (dense [N, L]).
+void fwd_impl(const Geom& g, const Operand& q, const Operand& k, const Operand& v, float* out, float* lse, float scale,
               bool causal, const Dropout& drop) {
-  const Dims<EQ, EV> d{g.E, g.Ev};
-  const int64_t E = d.E(), Ev = d.Ev();
-  const int64_t qtiles = (g.L + kBq - 1) / kBq, tasks = g.N * qtiles;
-  auto body = [&](std::vector<float>& buf, int64_t task) {
-    const int64_t b = task / qtiles, i0 = (task % qtiles) * kBq, m = std::min(kBq, g.L - i0);
-    float* qs = buf.data();      // kBq x E: the scaled query tile
-    float* kt = qs + kBq * E;    // E x kBk: the key tile transposed
-    float* s = kt + E * kBk;     // kBq x kBk: scores, then probabilities
-    float* acc = s + kBq * kBk;  // kBq x Ev
-    float* mx = acc + kBq * Ev;  // kBq running maxima
-    float* sum = mx + kBq;       // kBq running sums
-    float* mult = sum + kBq;     // kBk dropout multipliers
-    const float* qb = qp + (b * g.L + i0) * E;
-    for (int64_t t = 0; t < m * E; ++t) qs[t] = qb[t] * scale;
-    std::fill(acc, acc + m * Ev, 0.0f);
-    std::fill(mx, mx + m, kNegInf);
-    std::fill(sum, sum + m, 0.0f);
-    const float* kb = kp + b * g.S * E;
-    const float* vb = vp + b * g.S * Ev;
-    const int64_t jend = causal ? std::min(g.S, i0 + m) : g.S;
-    for (int64_t j0 = 0; j0 < jend; j0 += kBk) {
-      const int64_t n = std::min(kBk, jend - j0);
-      transpose_tile(kb, kt, j0, n, E);
-      tile_scores(qs, kt, s, m, E);
-      mask_tile(s, i0, m, j0, n, causal);
-      for (int64_t ii = 0; ii < m; ++ii) {
-        float* sr = s + ii * kBk;
-        const float mnew = std::max(mx[ii], row_max(sr));
-        if (mnew == kNegInf) continue;  // every key so far masked
-        const float alpha = fexp(mx[ii] - mnew);
-        const float rs = exp_row(sr, mnew);
-        mx[ii] = mnew;
-        sum[ii] = sum[ii] * alpha + rs;
-        if (drop.on) {
-          drop.row(b, i0 + ii, j0, n, mult);
-          for (int64_t jj = 0; jj < n; ++jj) sr[jj] *= mult[jj];
-        }
-        float loc[EV > 0 ? EV : 1];
-        float* ar = EV > 0 ? loc : acc + ii * Ev;
-        if constexpr (EV > 0) std::memcpy(loc, acc + ii * Ev, sizeof loc);
-        for (int64_t e = 0; e < Ev; ++e) ar[e] *= alpha;
-        int64_t jj = 0;
-        for (; jj + 4 <= n; jj += 4) {
-          const float p0 = sr[jj], p1 = sr[jj + 1], p2 = sr[jj + 2], p3 = sr[jj + 3];
-          const float* v0 = vb + (j0 + jj) * Ev;
-          const float *v1 = v0 + Ev, *v2 = v1 + Ev, *v3 = v2 + Ev;
-          for (int64_t e = 0; e < Ev; ++e) ar[e] += p0 * v0[e] + p1 * v1[e] + p2 * v2[e] + p3 * v3[e];
-        }
-        for (; jj < n; ++jj) {
-          const float p = sr[jj];
-          const float* vr = vb + (j0 + jj) * Ev;
-          for (int64_t e = 0; e < Ev; ++e) ar[e] += p * vr[e];
-        }
-        if constexpr (EV > 0) std::memcpy(acc + ii * Ev, loc, sizeof loc);
+  const int64_t L = g.L, S = g.S, Ev = g.Ev, E = g.E;
+  const int64_t chunk = chunk_of(g, 1);
+  std::vector<float> sbuf(size_t(chunk * kBq * kBk)), mx(size_t(chunk * kBq)), sum(size_t(chunk * kBq));
+  const Operand kt = transposed_dense(g, k, S, E);
+  for (int64_t b0 = 0; b0 < g.N; b0 += chunk) {
+    const int64_t c = std::min(chunk, g.N - b0);
+    for (int64_t i0 = 0; i0 < L; i0 += kBq) {
+      const int64_t m = std::min(kBq, L - i0);
+      const Mat qm = mat_of(g, q, b0, c, i0, m, E, false);
+      Mat om = dense(g, out + b0 * L * Ev, c, L, Ev);
+      om.p += i0 * Ev;
+      om.dims[om.dims.size() - 2] = m;
+      std::fill(mx.begin(), mx.end(), kNegInf);
+      std::fill(sum.begin(), sum.end(), 0.0f);
+      const int64_t jend = causal ? std::min(S, i0 + m) : S;
+      for (int64_t j0 = 0; j0 < jend; j0 += kBk) {
+        const int64_t n = std::min(kBk, jend - j0);
+        gemm(qm, cols_of(g, kt, b0, c, E, j0, n), block(g, sbuf.data(), c, m, n), false);
+        const bool first = j0 == 0;
+        rows_loop(c * m, c * m * (kBk + Ev) * 8, [&](int64_t t) {
+          const int64_t bl = t / m, ii = t % m, i = i0 + ii;
+          float* sr = sbuf.data() + (bl * kBq + ii) * kBk;
+          const float mb = scale_mask_max(sr, scale, first_masked(causal, i, j0, n));
+          float* orow = out + ((b0 + bl) * L + i) * Ev;
+          const float mnew = std::max(mx[size_t(t)], mb);
+          if (mnew == kNegInf) {  // every key so far masked
+            std::fill(sr, sr + kBk, 0.0f);
+            if (first) std::fill(orow, orow + Ev, 0.0f);
+            return;
+          }
+          const float alpha = fexp(mx[size_t(t)] - mnew);
+          const float rs = exp_sum(sr, mnew);
+          mx[size_t(t)] = mnew;
+          sum[size_t(t)] = sum[size_t(t)] * alpha + rs;
+          if (drop.on) {
+            float mult[kBk];
+            drop.row(b0 + bl, i, j0, n, mult);
+            for (int64_t jj = 0; jj < n; ++jj) sr[jj] *= mult[jj];
+          }
+          if (first) std::fill(orow, orow + Ev, 0.0f);
+          else
+            for (int64_t e = 0; e < Ev; ++e) orow[e] *= alpha;
+        });
+        gemm(block(g, sbuf.data(), c, m, n), mat_of(g, v, b0, c, j0, n, Ev, false), om, true);
       }
+      rows_loop(c * m, c * m * Ev, [&](int64_t t) {
+        const int64_t bl = t / m, i = i0 + t % m;
+        float* orow = out + ((b0 + bl) * L + i) * Ev;
+        const float l = sum[size_t(t)];
+        const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+        for (int64_t e = 0; e < Ev; ++e) orow[e] *= inv;
+        lse[(b0 + bl) * L + i] = l > 0.0f ? mx[size_t(t)] + std::log(l) : kNegInf;
+      });
     }
-    float* ob = op + (b * g.L + i0) * Ev;
-    float* lb = lp + b * g.L + i0;
-    for (int64_t ii = 0; ii < m; ++ii) {
-      const float inv = sum[ii] > 0.0f ? 1.0f / sum[ii] : 0.0f;
-      for (int64_t e = 0; e < Ev; ++e) ob[ii * Ev + e] = acc[ii * Ev + e] * inv;
-      lb[ii] = sum[ii] > 0.0f ? mx[ii] + std::log(sum[ii]) : kNegInf;
-    }
-  };
-  const size_t scratch = size_t(kBq * E + E * kBk + kBq * kBk + kBq * Ev + 2 * kBq + kBk);
-  const int64_t work = g.N * g.L * g.S * (E + Ev);
-  if (tasks > 1 && use_team(work)) {
-#pragma omp parallel
-    {
-      std::vector<float> buf(scratch);
-#pragma omp for schedule(dynamic, 1)
-      for (int64_t t = 0; t < tasks; ++t) body(buf, t);
-    }
-  } else {
-    std::vector<float> buf(scratch);
-    for (int64_t t = 0; t < tasks; ++t) body(buf, t);
   }
 }
 
 Tensors sdpa_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>& meta) {
   const attr::ScaledDotProductAttention at = attr::ScaledDotProductAttention::of(a);
-  Tensor q = contiguous_as(in[0], kFloat32), k = contiguous_as(in[1], kFloat32), v = contiguous_as(in[2], kFloat32);
-  const Geom g = geom_of(q, v);
-  const Dropout drop = dropout_of(in, 3, at.dropout_p, g);
+  const Geom g = geom_of(in[0], in[2]);
   Tensor out = make_tensor(meta[0].shape, kFloat32), lse = make_tensor(meta[1].shape, kFloat32);
-  const float *qp = q.data<float>(), *kp = k.data<float>(), *vp = v.data<float>();
-  float *op = out.data<float>(), *lp = lse.data<float>();
-  const float scale = float(at.scale);
-  if (g.E == 32 && g.Ev == 32) fwd_impl<32, 32>(qp, kp, vp, op, lp, g, scale, at.is_causal, drop);
-  else if (g.E == 64 && g.Ev == 64) fwd_impl<64, 64>(qp, kp, vp, op, lp, g, scale, at.is_causal, drop);
-  else if (g.E == 16 && g.Ev == 16) fwd_impl<16, 16>(qp, kp, vp, op, lp, g, scale, at.is_causal, drop);
-  else fwd_impl<0, 0>(qp, kp, vp, op, lp, g, scale, at.is_causal, drop);
+  if (out.numel() == 0) return {out, lse};
+  if (g.S == 0) {  // no keys: every row attends to nothing
+    std::fill(out.data<float>(), out.data<float>() + out.numel(), 0.0f);
+    std::fill(lse.data<float>(), lse.data<float>() + lse.numel(), kNegInf);
+    return {out, lse};
+  }
+  const Dropout drop = dropout_of(in, 3, at.dropout_p, g);
+  fwd_impl(g, operand_of(in[0]), operand_of(in[1]), operand_of(in[2]), out.data<float>(), lse.data<float>(),
+           float(at.scale), at.is_causal, drop);
   return {out, lse};
 }
 
 // ------------------------------------------------------------------ backward
-template <int EQ, int EV>
-void bwd_impl(const float* gp, const float* qp, const float* kp, const float* vp, const float* opp, const float* lp,
-              float* dqp, float* dkp, float* dvp, const Geom& g, float scale, bool causal, const Dropout& drop) {
-  const Dims<EQ, EV> dm{g.E, g.Ev};
-  const int64_t E = dm.E(), Ev = dm.Ev(), L = g.L, S = g.S;
-  auto body = [&](std::vector<float>& buf, int64_t b) {
-    float* kt = buf.data();        // E x kBk: key tile transposed
-    float* vt = kt + E * kBk;      // Ev x kBk: value tile transposed
-    float* s = vt + Ev * kBk;      // kBq x kBk: probabilities P, then P with dropout
-    float* dp = s + kBq * kBk;     // kBq x kBk: dP, then dS
-    float* mult = dp + kBq * kBk;  // kBq x kBk: dropout multipliers
-    float* qs = mult + kBq * kBk;  // kBq x E: scaled query tile
-    float* rowacc = qs + kBq * E;  // max(E, Ev): one row's accumulator (run-time head sizes)
-    float* D = rowacc + std::max(E, Ev);  // L: rowsum(dO * O)
-    const float *qb = qp + b * L * E, *kb = kp + b * S * E, *vb = vp + b * S * Ev;
-    const float *gb = gp + b * L * Ev, *ob = opp + b * L * Ev, *lb = lp + b * L;
-    float *dqb = dqp + b * L * E, *dkb = dkp + b * S * E, *dvb = dvp + b * S * Ev;
-    std::fill(dqb, dqb + L * E, 0.0f);
-    std::fill(dkb, dkb + S * E, 0.0f);
-    std::fill(dvb, dvb + S * Ev, 0.0f);
-    for (int64_t i = 0; i < L; ++i) {
-      float d = 0.0f;
-      for (int64_t e = 0; e < Ev; ++e) d += gb[i * Ev + e] * ob[i * Ev + e];
-      D[i] = d;
-    }
+void bwd_impl(const Geom& g, const Operand& go, const Operand& q, const Operand& k, const Operand& v,
+              const Operand& o, const float* lse, float* dq, float* dk, float* dv, float scale, bool causal,
+              const Dropout& drop) {
+  const int64_t L = g.L, S = g.S, E = g.E, Ev = g.Ev;
+  // D = rowsum(dO * O)
+  std::vector<float> D(size_t(g.N * L));
+  {
+    const int64_t rs_g = go.strides[go.strides.size() - 2], rs_o = o.strides[o.strides.size() - 2];
+    rows_loop(g.N, g.N * L * Ev, [&](int64_t b) {
+      const float* gb = go.p + batch_offset(g, go.strides, b);
+      const float* ob = o.p + batch_offset(g, o.strides, b);
+      for (int64_t i = 0; i < L; ++i) {
+        float d = 0.0f;
+        for (int64_t e = 0; e < Ev; ++e) d += gb[i * rs_g + e] * ob[i * rs_o + e];
+        D[size_t(b * L + i)] = d;
+      }
+    });
+  }
+  std::fill(dq, dq + g.N * L * E, 0.0f);
+  std::fill(dk, dk + g.N * S * E, 0.0f);
+  std::fill(dv, dv + g.N * S * Ev, 0.0f);
+  const int64_t chunk = chunk_of(g, 2);
+  std::vector<float> pbuf(size_t(chunk * kBq * kBk)), dbuf(size_t(chunk * kBq * kBk));
+  const Operand kt = transposed_dense(g, k, S, E), vt = transposed_dense(g, v, S, Ev);
+  auto out_block = [&](float* base, int64_t b0, int64_t c, int64_t rows_total, int64_t r0, int64_t rows,
+                       int64_t cols) {
+    Mat m = dense(g, base + b0 * rows_total * cols, c, rows_total, cols);
+    m.p += r0 * cols;
+    m.dims[m.dims.size() - 2] = rows;
+    return m;
+  };
+  for (int64_t b0 = 0; b0 < g.N; b0 += chunk) {
+    const int64_t c = std::min(chunk, g.N - b0);
     for (int64_t j0 = 0; j0 < S; j0 += kBk) {
       const int64_t n = std::min(kBk, S - j0);
-      transpose_tile(kb, kt, j0, n, E);
-      transpose_tile(vb, vt, j0, n, Ev);
-      const int64_t istart = causal ? (j0 / kBq) * kBq : 0;  // tiles wholly above the diagonal skipped
+      const Mat kj = mat_of(g, k, b0, c, j0, n, E, false), kjt = cols_of(g, kt, b0, c, E, j0, n);
+      const Mat vjt = cols_of(g, vt, b0, c, Ev, j0, n);
+      const Mat dkj = out_block(dk, b0, c, S, j0, n, E), dvj = out_block(dv, b0, c, S, j0, n, Ev);
+      const int64_t istart = causal ? (j0 / kBq) * kBq : 0;  // blocks wholly above the diagonal skipped
       for (int64_t i0 = istart; i0 < L; i0 += kBq) {
         const int64_t m = std::min(kBq, L - i0);
-        for (int64_t t = 0; t < m * E; ++t) qs[t] = qb[i0 * E + t] * scale;
-        tile_scores(qs, kt, s, m, E);
-        mask_tile(s, i0, m, j0, n, causal);
-        for (int64_t ii = 0; ii < m; ++ii) {
-          float* sr = s + ii * kBk;
-          const float l = lb[i0 + ii];
-          if (l == kNegInf) {
-            std::fill(sr, sr + kBk, 0.0f);
-            continue;
-          }
-          exp_row(sr, l);  // P = exp(s - lse)
-        }
-        // dP = dO V^T (the gradient of the dropped weights), then through the dropout:
-        // dS = P * (dP * mult - D); P becomes the dropped weights for dV.
-        tile_scores(gb + i0 * Ev, vt, dp, m, Ev);
-        for (int64_t ii = 0; ii < m; ++ii) {
-          float* sr = s + ii * kBk;
-          float* dr = dp + ii * kBk;
-          const float di = D[i0 + ii];
+        if (causal && i0 + m <= j0) continue;
+        const Mat qi = mat_of(g, q, b0, c, i0, m, E, false);
+        const Mat gi = mat_of(g, go, b0, c, i0, m, Ev, false);
+        const Mat P = block(g, pbuf.data(), c, m, n), dS = block(g, dbuf.data(), c, m, n);
+        gemm(qi, kjt, P, false);   // S = Q K^T
+        gemm(gi, vjt, dS, false);  // dP = dO V^T
+        rows_loop(c * m, c * m * kBk * 8, [&](int64_t t) {
+          const int64_t bl = t / m, ii = t % m, i = i0 + ii;
+          float* pr = pbuf.data() + (bl * kBq + ii) * kBk;
+          float* dr = dbuf.data() + (bl * kBq + ii) * kBk;
+          const float l = lse[(b0 + bl) * L + i];
+          const int64_t nk = l == kNegInf ? 0 : first_masked(causal, i, j0, n);
+          const float di = D[size_t((b0 + bl) * L + i)];
+          probabilities(pr, scale, l == kNegInf ? 0.0f : l, nk);  // P = exp(s - lse)
+          // through the dropout: dS = P * (dP * mult - D); P becomes the dropped weights for dV
           if (drop.on) {
-            float* mr = mult + ii * kBk;
-            drop.row(b, i0 + ii, j0, n, mr);
+            float mult[kBk];
+            drop.row(b0 + bl, i, j0, n, mult);
             for (int64_t jj = 0; jj < n; ++jj) {
-              dr[jj] = sr[jj] * (dr[jj] * mr[jj] - di);
-              sr[jj] *= mr[jj];
+              dr[jj] = scale * pr[jj] * (dr[jj] * mult[jj] - di);
+              pr[jj] *= mult[jj];
             }
           } else {
-            for (int64_t jj = 0; jj < kBk; ++jj) dr[jj] = sr[jj] * (dr[jj] - di);
+            score_grads(dr, pr, scale, di, nk);
           }
-        }
-        // dV[j] += sum_i P_dropped[i, j] dO[i];  dK[j] += sum_i dS[i, j] (scale * Q[i])
-        for (int64_t jj = 0; jj < n; ++jj) {
-          {
-            float loc[EV > 0 ? EV : 1] = {};
-            float* a = EV > 0 ? loc : rowacc;
-            if constexpr (EV == 0) std::fill(a, a + Ev, 0.0f);
-            int64_t ii = 0;
-            for (; ii + 4 <= m; ii += 4) {
-              const float p0 = s[ii * kBk + jj], p1 = s[(ii + 1) * kBk + jj], p2 = s[(ii + 2) * kBk + jj],
-                          p3 = s[(ii + 3) * kBk + jj];
-              const float* g0 = gb + (i0 + ii) * Ev;
-              const float *g1 = g0 + Ev, *g2 = g1 + Ev, *g3 = g2 + Ev;
-              for (int64_t e = 0; e < Ev; ++e) a[e] += p0 * g0[e] + p1 * g1[e] + p2 * g2[e] + p3 * g3[e];
-            }
-            for (; ii < m; ++ii) {
-              const float p = s[ii * kBk + jj];
-              const float* gr = gb + (i0 + ii) * Ev;
-              for (int64_t e = 0; e < Ev; ++e) a[e] += p * gr[e];
-            }
-            float* dvr = dvb + (j0 + jj) * Ev;
-            for (int64_t e = 0; e < Ev; ++e) dvr[e] += a[e];
-          }
-          {
-            float loc[EQ > 0 ? EQ : 1] = {};
-            float* a = EQ > 0 ? loc : rowacc;
-            if constexpr (EQ == 0) std::fill(a, a + E, 0.0f);
-            int64_t ii = 0;
-            for (; ii + 4 <= m; ii += 4) {
-              const float d0 = dp[ii * kBk + jj], d1 = dp[(ii + 1) * kBk + jj], d2 = dp[(ii + 2) * kBk + jj],
-                          d3 = dp[(ii + 3) * kBk + jj];
-              const float* q0 = qs + ii * E;
-              const float *q1 = q0 + E, *q2 = q1 + E, *q3 = q2 + E;
-              for (int64_t e = 0; e < E; ++e) a[e] += d0 * q0[e] + d1 * q1[e] + d2 * q2[e] + d3 * q3[e];
-            }
-            for (; ii < m; ++ii) {
-              const float ds = dp[ii * kBk + jj];
-              const float* qr = qs + ii * E;
-              for (int64_t e = 0; e < E; ++e) a[e] += ds * qr[e];
-            }
-            float* dkr = dkb + (j0 + jj) * E;
-            for (int64_t e = 0; e < E; ++e) dkr[e] += a[e];
-          }
-        }
-        // dQ[i] += scale * sum_j dS[i, j] K[j]
-        for (int64_t ii = 0; ii < m; ++ii) {
-          float loc[EQ > 0 ? EQ : 1] = {};
-          float* a = EQ > 0 ? loc : rowacc;
-          if constexpr (EQ == 0) std::fill(a, a + E, 0.0f);
-          const float* dr = dp + ii * kBk;
-          int64_t jj = 0;
-          for (; jj + 4 <= n; jj += 4) {
-            const float d0 = dr[jj], d1 = dr[jj + 1], d2 = dr[jj + 2], d3 = dr[jj + 3];
-            const float* k0 = kb + (j0 + jj) * E;
-            const float *k1 = k0 + E, *k2 = k1 + E, *k3 = k2 + E;
-            for (int64_t e = 0; e < E; ++e) a[e] += d0 * k0[e] + d1 * k1[e] + d2 * k2[e] + d3 * k3[e];
-          }
-          for (; jj < n; ++jj) {
-            const float ds = dr[jj];
-            const float* kr = kb + (j0 + jj) * E;
-            for (int64_t e = 0; e < E; ++e) a[e] += ds * kr[e];
-          }
-          float* dqr = dqb + (i0 + ii) * E;
-          for (int64_t e = 0; e < E; ++e) dqr[e] += scale * a[e];
-        }
+        });
+        gemm(block(g, pbuf.data(), c, m, n, true), gi, dvj, true);  // dV += P^T dO
+        gemm(dS, kj, out_block(dq, b0, c, L, i0, m, E), true);       // dQ += dS K (scale folded in)
+        gemm(block(g, dbuf.data(), c, m, n, true), qi, dkj, true);  // dK += dS^T Q
       }
     }
-  };
-  const size_t scratch = size_t(E * kBk + Ev * kBk + 3 * kBq * kBk + kBq * E + std::max(E, Ev) + L);
-  const int64_t work = g.N * L * S * (E + Ev);
-  if (g.N > 1 && use_team(work)) {
-#pragma omp parallel
-    {
-      std::vector<float> buf(scratch);
-#pragma omp for schedule(dynamic, 1)
-      for (int64_t b = 0; b < g.N; ++b) body(buf, b);
-    }
-  } else {
-    std::vector<float> buf(scratch);
-    for (int64_t b = 0; b < g.N; ++b) body(buf, b);
   }
 }
 
 Tensors sdpa_bwd_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>& meta) {
   const attr::ScaledDotProductAttentionBackward at = attr::ScaledDotProductAttentionBackward::of(a);
-  Tensor go = contiguous_as(in[0], kFloat32), q = contiguous_as(in[1], kFloat32), k = contiguous_as(in[2], kFloat32),
-         v = contiguous_as(in[3], kFloat32), o = contiguous_as(in[4], kFloat32), lse = contiguous_as(in[5], kFloat32);
-  const Geom g = geom_of(q, v);
-  const Dropout drop = dropout_of(in, 6, at.dropout_p, g);
+  const Geom g = geom_of(in[1], in[3]);
   Tensor dq = make_tensor(meta[0].shape, kFloat32), dk = make_tensor(meta[1].shape, kFloat32),
          dv = make_tensor(meta[2].shape, kFloat32);
-  const float *gp = go.data<float>(), *qp = q.data<float>(), *kp = k.data<float>(), *vp = v.data<float>(),
-              *opp = o.data<float>(), *lp = lse.data<float>();
   float *dqp = dq.data<float>(), *dkp = dk.data<float>(), *dvp = dv.data<float>();
-  const float scale = float(at.scale);
-  const bool c = at.is_causal;
-  if (g.E == 32 && g.Ev == 32) bwd_impl<32, 32>(gp, qp, kp, vp, opp, lp, dqp, dkp, dvp, g, scale, c, drop);
-  else if (g.E == 64 && g.Ev == 64) bwd_impl<64, 64>(gp, qp, kp, vp, opp, lp, dqp, dkp, dvp, g, scale, c, drop);
-  else if (g.E == 16 && g.Ev == 16) bwd_impl<16, 16>(gp, qp, kp, vp, opp, lp, dqp, dkp, dvp, g, scale, c, drop);
-  else bwd_impl<0, 0>(gp, qp, kp, vp, opp, lp, dqp, dkp, dvp, g, scale, c, drop);
+  if (g.N * g.L == 0 || g.S == 0 || g.E == 0 || g.Ev == 0) {  // nothing to propagate
+    std::fill(dqp, dqp + dq.numel(), 0.0f);
+    std::fill(dkp, dkp + dk.numel(), 0.0f);
+    std::fill(dvp, dvp + dv.numel(), 0.0f);
+    return {dq, dk, dv};
+  }
+  const Tensor lse = contiguous_as(in[5], kFloat32);
+  const Dropout drop = dropout_of(in, 6, at.dropout_p, g);
+  bwd_impl(g, operand_of(in[0]), operand_of(in[1]), operand_of(in[2]), operand_of(in[3]), operand_of(in[4]),
+           lse.data<float>(), dqp, dkp, dvp, float(at.scale), at.is_causal, drop);
   return {dq, dk, dv};
 }
 
