@@ -417,7 +417,8 @@ std::pair<Tensor, Tensor> sort(const Tensor& x, int64_t dim, bool descending, bo
   return {r[0], r[1]};
 }
 Tensor argsort(const Tensor& x, int64_t dim, bool descending, bool stable) {
-  return sort(x, dim, descending, stable).second;
+  ops::check_defined(x, "argsort", "input");
+  return sort(x, ops::along_dim(x, dim, "argsort"), descending, stable).second;
 }
 std::pair<Tensor, Tensor> topk(const Tensor& x, int64_t k, int64_t dim, bool largest, bool /*sorted: always*/) {
   ops::check_defined(x, "topk", "input");

@@ -145,6 +145,9 @@ def rows():
     yield Row("topk_smallest_dim0", lambda x: tuple(torch.topk(x, 2, 0, largest=False)), randn(5, 3))
     yield Row("topk_transposed", lambda x: tuple(torch.topk(x.t(), 2, 1)), randn(6, 3))
     yield Row("topk_k0", lambda x: tuple(torch.topk(x, 0)), randn(2, 4))
+    yield Row("sort_0d", lambda x: tuple(torch.sort(x)), [torch.tensor(2.5)])
+    yield Row("topk_0d", lambda x: tuple(torch.topk(x, 1)), [torch.tensor(-1.5)])
+    yield Row("prod_0d_dim", lambda x: x.prod(0), [torch.tensor(-1.5)])
     yield Row("topk_nan", lambda x: tuple(torch.topk(x, 2)), [torch.tensor([1.0, NAN, 3.0, -INF])])  # nan the largest
     # Ties: PyTorch picks any of the tied elements (documented as unspecified), axle the first
     # (stable); the values agree, the indices and with them the gradient's positions may not.

@@ -114,5 +114,8 @@ AXLE_GOLDEN_ROWS(Reduce, "golden_ops_reduce.safetensors",
   {"topk_smallest_dim0", [](const In& x) { return both(axle::topk(x[0], 2, 0, false)); }},
   {"topk_transposed", [](const In& x) { return both(axle::topk(x[0].t(), 2, 1)); }},
   {"topk_k0", [](const In& x) { return both(axle::topk(x[0], 0)); }},
+  {"sort_0d", [](const In& x) { return both(axle::sort(x[0])); }},
+  {"topk_0d", [](const In& x) { return both(axle::topk(x[0], 1)); }},
+  {"prod_0d_dim", [](const In& x) { return Out{axle::prod(x[0], 0)}; }},
   {"topk_nan", [](const In& x) { return both(axle::topk(x[0], 2)); }},
   {"topk_ties_values", [](const In& x) { return Out{axle::topk(x[0], 3).first}; }})
