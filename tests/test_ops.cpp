@@ -442,6 +442,71 @@ std::vector<OpCase> build_table() {
        RF(reduce(a[0], {0, 2}, true, [](auto& v) { return vvar(v, 1); }, kFloat32))});
   row({"var_offset_values", {F({4, 6}, 100, 101)}, AX(var(x[0], {1})),
        RF(reduce(a[0], {1}, false, [](auto& v) { return vvar(v, 1); }, kFloat32)), true, true, 1e-4, 1e-3, 1e-2});
+  // std, cumsum, prod, sort / argsort / topk (issue 16): references as plain loops over lines.
+  static const auto vstd = [](int64_t corr) {
+    return [corr](const std::vector<double>& v) { return std::sqrt(vvar(v, corr)); };
+  };
+  static const auto vcumsum = [](const std::vector<double>& v) {
+    std::vector<double> o(v.size());
+    double acc = 0;
+    for (size_t i = 0; i < v.size(); ++i) o[i] = acc += v[i];
+    return o;
+  };
+  static const auto vprod = [](const std::vector<double>& v) {
+    double p = 1;
+    for (double x : v) p *= x;
+    return p;
+  };
+  static const auto as_int64 = [](Arr o) { o.dtype = kInt64; return o; };
+  // The stable order of a line (descending: larger first, equal elements in their order).
+  static const auto stable_perm = [](const std::vector<double>& v, bool desc) {
+    std::vector<double> p(v.size());
+    std::iota(p.begin(), p.end(), 0.0);
+    std::stable_sort(p.begin(), p.end(), [&](double i, double j) { return desc ? v[size_t(j)] < v[size_t(i)] : v[size_t(i)] < v[size_t(j)]; });
+    return p;
+  };
+  static const auto sorted = [](const Arr& x, int64_t dim, bool desc) {
+    Arr vals = along(x, dim, [desc](const std::vector<double>& v) {
+      std::vector<double> p = stable_perm(v, desc), o(v.size());
+      for (size_t i = 0; i < v.size(); ++i) o[i] = v[size_t(p[i])];
+      return o;
+    });
+    Arr idx = as_int64(along(x, dim, [desc](const std::vector<double>& v) { return stable_perm(v, desc); }));
+    return std::vector<Arr>{vals, idx};
+  };
+  static const auto first_k = [](std::vector<Arr> r, int64_t dim, int64_t k) {
+    return std::vector<Arr>{slice(r[0], dim, 0, k, 1), slice(r[1], dim, 0, k, 1)};
+  };
+  row({"std_all", {F({2, 3, 4})}, AX(axle::std(x[0])), RF(reduce(a[0], {}, false, vstd(1), kFloat32))});
+  row({"std_dims_keepdim_biased", {F({2, 3, 4})}, AX(axle::std(x[0], {0, 2}, 0, true)), RF(reduce(a[0], {0, 2}, true, vstd(0), kFloat32))});
+  row({"cumsum_dim1", {F({2, 3, 4})}, AX(cumsum(x[0], 1)), RF(along(a[0], 1, vcumsum))});
+  row({"cumsum_last_dim", {F({3, 5})}, AX(cumsum(x[0], -1)), RF(along(a[0], 1, vcumsum))});
+  row({"cumsum_0d", {F({})}, AX(cumsum(x[0], 0)), RF(a[0])});
+  row({"cumsum_int32", {I({3, 4}, -9, 9, kInt32)}, AX(cumsum(x[0], 0)), RF(as_int64(along(a[0], 0, vcumsum))), false});
+  row({"cumsum_bool", {Bool({2, 5})}, AX(cumsum(x[0], 1)), RF(as_int64(along(a[0], 1, vcumsum))), false});
+  row({"prod_all", {F({2, 3}, 0.5, 1.5)}, AX(prod(x[0])), RF(reduce(a[0], {}, false, vprod, kFloat32))});
+  row({"prod_dim", {F({2, 3, 4})}, AX(prod(x[0], 1)), RF(reduce(a[0], {1}, false, vprod, kFloat32))});
+  row({"prod_dim_keepdim", {F({2, 3, 4})}, AX(prod(x[0], -1, true)), RF(reduce(a[0], {-1}, true, vprod, kFloat32))});
+  // Zeros (one or two per line): the gradient is the product of the others, not out / x.
+  row({"prod_with_zeros", {Pick({4, 3}, {0, 0.5, -1.5, 2})}, AX(prod(x[0], 1)), RF(reduce(a[0], {1}, false, vprod, kFloat32))});
+  row({"prod_int64", {I({3, 4}, -3, 3)}, AX(prod(x[0], 0)), RF(reduce(a[0], {0}, false, vprod, kInt64)), false});
+  row({"prod_bool_all", {Bool({5})}, AX(prod(x[0])), RF(reduce(a[0], {}, false, vprod, kInt64)), false});
+  row({"sort", {D({3, 5})}, AX(sort(x[0])), RF(sorted(a[0], 1, false))});
+  row({"sort_dim0_descending", {D({4, 3, 2})}, AX(sort(x[0], 0, true)), RF(sorted(a[0], 0, true))});
+  // Ties: equal elements keep their order in both directions (stable); not differentiable there.
+  row({"sort_ties_stable", {Pick({4, 6}, {0, 1, 2})}, AX(sort(x[0], 1, false, true)), RF(sorted(a[0], 1, false)), false});
+  row({"sort_ties_descending", {Pick({6, 4}, {0, 1, 2})}, AX(sort(x[0], 0, true)), RF(sorted(a[0], 0, true)), false});
+  row({"sort_int64", {I({3, 7}, -3, 3)}, AX(sort(x[0], 1)), RF(sorted(a[0], 1, false)), false});
+  row({"argsort", {D({2, 3, 4})}, AX(argsort(x[0], 1)), RF(sorted(a[0], 1, false)[1]), false});
+  row({"argsort_descending_ties", {Pick({3, 6}, {0, 1})}, AX(argsort(x[0], -1, true)), RF(sorted(a[0], 1, true)[1]), false});
+  row({"topk", {D({3, 6})}, AX(topk(x[0], 3)), RF(first_k(sorted(a[0], 1, true), 1, 3))});
+  row({"topk_smallest_dim0", {D({5, 4})}, AX(topk(x[0], 2, 0, false)), RF(first_k(sorted(a[0], 0, false), 0, 2))});
+  // Ties at the maximum / minimum: half of the gradient to each operand (PyTorch); the central
+  // finite difference of max(a, b) at a == b is 1/2 too.
+  row({"maximum_ties", {Pick({3, 4}, few), Pick({4}, few)}, AX(maximum(x[0], x[1])),
+       RF(arith(a[0], a[1], [](double u, double v) { return std::max(u, v); }))});
+  row({"minimum_ties", {Pick({3, 4}, few), Pick({3, 4}, few)}, AX(minimum(x[0], x[1])),
+       RF(arith(a[0], a[1], [](double u, double v) { return std::min(u, v); }))});
 
   // ---------------------------------------------------------------- shape
   row({"reshape", {F({2, 3, 4})}, AX(reshape(x[0], {4, 6})), RF(reshape(a[0], {4, 6}))});
@@ -700,6 +765,9 @@ std::vector<OpCase> build_table() {
   row({"argmax_big", {D(wide)}, AX(argmax(x[0], 1)), RF(reduce(a[0], {1}, false, vargmax, kInt64)), false});
   row({"logsumexp_big", {F(sq, -3, 3)}, AX(logsumexp(x[0], {1})), RF(reduce(a[0], {1}, false, vlogsumexp, kFloat32))});
   row({"var_big", {F(wide)}, AX(var(x[0], {1})), RF(reduce(a[0], {1}, false, [](auto& v) { return vvar(v, 1); }, kFloat32))});
+  row({"cumsum_big", {F(wide)}, AX(cumsum(x[0], 1)), RF(along(a[0], 1, vcumsum)), true, true, 1e-4});
+  row({"prod_dim0_big", {F(sq, 0.9, 1.1)}, AX(prod(x[0], 0)), RF(reduce(a[0], {0}, false, vprod, kFloat32))});
+  row({"sort_big", {D(sq)}, AX(sort(x[0], 0, true)), RF(sorted(a[0], 0, true))});
   row({"softmax_big", {F(sq, -3, 3)}, AX(softmax(x[0], 1)), RF(along(a[0], 1, vsoftmax))});
   row({"softmax_dim0_big", {F(sq, -3, 3)}, AX(softmax(x[0], 0)), RF(along(a[0], 0, vsoftmax))});
   row({"log_softmax_big", {F(wide, -3, 3)}, AX(log_softmax(x[0], -1)), RF(along(a[0], 1, vlog_softmax))});
@@ -729,6 +797,9 @@ std::vector<OpCase> build_table() {
   row({"cat_zero_size", {F({0, 3}), F({2, 3})}, AX(cat({x[0], x[1]}, 0)), RF(cat({a[0], a[1]}, 0))});
   row({"reshape_zero_size", {F({0, 4})}, AX(reshape(x[0], {2, 0, 2})), RF(reshape(a[0], {2, 0, 2}))});
   row({"softmax_zero_size", {F({0, 5})}, AX(softmax(x[0], 1)), RF(along(a[0], 1, vsoftmax))});
+  row({"cumsum_zero_size", {F({0, 3})}, AX(cumsum(x[0], 0)), RF(along(a[0], 0, vcumsum))});
+  row({"prod_zero_size", {F({2, 0})}, AX(prod(x[0], 1)), RF(reduce(a[0], {1}, false, vprod, kFloat32))});
+  row({"sort_zero_size", {F({3, 0})}, AX(sort(x[0], 1)), RF(sorted(a[0], 1, false))});
   row({"index_select_empty_index", {F({3, 2}), Idx({0}, {})}, AX(index_select(x[0], 0, x[1])), RF(index_select(a[0], 0, a[1]))});
 
   // ---------------------------------------------------------------- spmd (src/ops/spmd.h): off a device thread
@@ -1071,7 +1142,7 @@ TEST(OpTable, GradientsAsDocumented) {
     EXPECT_TRUE(i->traits & (ops::kCompare | ops::kIndex | ops::kBackward | ops::kCompilerMade))
         << i->name << " has no gradient and no reason for it in ops.def";
   }
-  EXPECT_EQ(without, 26);  // the README's list: 6 comparisons, argmax/argmin, 14 backward ops, 2 fused ops, 2 SPMD device ops
+  EXPECT_EQ(without, 27);  // the README's list: 6 comparisons, argmax/argmin, 15 backward ops (prod_backward: issue 16), 2 fused ops, 2 SPMD device ops
 }
 
 // The schema's traits agree with what the ops do: arities of unary/binary ops, the dtypes of
@@ -1273,6 +1344,16 @@ std::vector<ErrCase> error_table() {
       {"argmax_dim_range", "[argmax]", [] { argmax(zeros({2, 3}), 3); }},
       {"logsumexp_dim_range", "[logsumexp]", [] { logsumexp(zeros({2, 3}), {4}); }},
       {"var_dim_range", "[var]", [] { var(zeros({2, 3}), {2}); }},
+      {"std_dim_range", "[std]", [] { axle::std(zeros({2, 3}), {2}); }},
+      {"cumsum_dim_range", "[cumsum]", [] { cumsum(zeros({2, 3}), 2); }},
+      {"cumsum_bfloat16", "[cumsum]", [] { cumsum(zeros({2, 3}).to(axle::device()).to(DType::BFloat16), 0)  /* traced: cpu has no bfloat16 */; }},
+      {"prod_dim_range", "[prod]", [] { prod(zeros({2, 3}), -3); }},
+      {"prod_bfloat16", "[prod]", [] { prod(zeros({2, 3}).to(axle::device()).to(DType::BFloat16)); }},
+      {"sort_dim_range", "[sort]", [] { sort(zeros({2, 3}), 2); }},
+      {"argsort_dim_range", "[argsort]", [] { argsort(zeros({2, 3}), -3); }},
+      {"topk_k_above_size", "[topk]", [] { topk(zeros({2, 3}), 4); }},
+      {"topk_negative_k", "[topk]", [] { topk(zeros({2, 3}), -1); }},
+      {"topk_dim_range", "[topk]", [] { topk(zeros({2, 3}), 1, 2); }},
       {"softmax_dim_range", "[softmax]", [] { softmax(zeros({2, 3}), 2); }},
       {"log_softmax_dim_range", "[log_softmax]", [] { log_softmax(zeros({2, 3}), -3); }},
       {"matmul_inner_size", "[matmul]", [] { matmul(zeros({2, 3}), zeros({4, 5})); }},

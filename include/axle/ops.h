@@ -39,6 +39,7 @@ Tensor silu(const Tensor& x);
 /// log(1 + exp(beta x)) / beta, and x where beta x > threshold, as torch.nn.functional.softplus.
 Tensor softplus(const Tensor& x, double beta = 1, double threshold = 20);
 /// min(max(x, min), max), as torch.clamp (an unbounded side: +/-infinity); computes in float32.
+/// The gradient flows strictly inside (min, max), none at the bounds (PyTorch 2.x's rule).
 Tensor clamp(const Tensor& x, double min = -std::numeric_limits<double>::infinity(),
              double max = std::numeric_limits<double>::infinity());
 /// x where x > 0, else negative_slope * x, as torch.nn.functional.leaky_relu.
@@ -54,6 +55,8 @@ Tensor mul(const Tensor& a, const Tensor& b);
 Tensor div(const Tensor& a, const Tensor& b);
 Tensor pow(const Tensor& a, const Tensor& b);
 Tensor pow(const Tensor& a, double exponent);
+/// Elementwise max / min (NaN if either is NaN), as torch.maximum / torch.minimum; where a == b
+/// each operand gets half of the gradient (PyTorch's rule).
 Tensor maximum(const Tensor& a, const Tensor& b);
 Tensor minimum(const Tensor& a, const Tensor& b);
 Tensor eq(const Tensor& a, const Tensor& b);

@@ -2,6 +2,7 @@
 // Each op: shape rule (infer) and vjp, registered below against ops.def; the cpu kernels
 // are in src/backend/cpu/kernels/elementwise.cpp.
 #include <cmath>
+#include <limits>
 
 #include "axle/ops.h"
 #include "ops/op.h"
@@ -130,29 +131,31 @@ Tensors vjp_div(const VjpArgs& v) {
   return {v.needs[0] ? sum_to(div(v.grad[0], b), v.in[0].shape()) : Tensor(),
           v.needs[1] ? sum_to(neg(div(mul(v.grad[0], v.out[0]), b)), b.shape()) : Tensor()};
 }
+// PyTorch's rule at the edges: d/da is 0 where b == 0 (so 0^0 gives 0, not 0 * inf); d/db =
+// a^b log a is 0 where a == 0 and b >= 0, and NaN for a negative base (log of a negative).
 Tensors vjp_pow(const VjpArgs& v) {
   const Tensor &a = v.in[0], &b = v.in[1], &g = v.grad[0];
   Tensor ga, gb;
-  if (v.needs[0]) ga = sum_to(mul(g, mul(b, pow(a, sub(b, 1.0)))), a.shape());
+  const Tensor z = zeros_like(v.out[0]);
+  if (v.needs[0]) ga = sum_to(where(eq(b, 0.0), z, mul(g, mul(b, pow(a, sub(b, 1.0))))), a.shape());
   if (v.needs[1]) {
-    // d/db a^b = a^b log a, taken as 0 where a <= 0 (as PyTorch does for a == 0).
-    Tensor la = where(gt(a, 0.0), log(a), zeros_like(v.out[0]));
-    gb = sum_to(mul(g, mul(v.out[0], la)), b.shape());
+    Tensor t = mul(g, mul(v.out[0], log(a)));
+    gb = sum_to(where(eq(a, 0.0), where(ge(b, 0.0), z, t), t), b.shape());
   }
   return {ga, gb};
 }
-Tensors vjp_maximum(const VjpArgs& v) {
+// maximum / minimum (PyTorch's rule): the selected operand gets the gradient, each gets half
+// where a == b; a NaN operand (neither a < b nor a == b) passes the whole gradient to both.
+Tensors minmax_grads(const VjpArgs& v, bool is_max) {
   const Tensor &a = v.in[0], &b = v.in[1], &g = v.grad[0];
   Tensor z = zeros_like(g);
-  return {v.needs[0] ? sum_to(where(ge(a, b), g, z), a.shape()) : Tensor(),
-          v.needs[1] ? sum_to(where(lt(a, b), g, z), b.shape()) : Tensor()};
+  Tensor split = where(eq(a, b), mul(g, 0.5), g);
+  Tensor a_loses = is_max ? lt(a, b) : gt(a, b), b_loses = is_max ? gt(a, b) : lt(a, b);
+  return {v.needs[0] ? sum_to(where(a_loses, z, split), a.shape()) : Tensor(),
+          v.needs[1] ? sum_to(where(b_loses, z, split), b.shape()) : Tensor()};
 }
-Tensors vjp_minimum(const VjpArgs& v) {
-  const Tensor &a = v.in[0], &b = v.in[1], &g = v.grad[0];
-  Tensor z = zeros_like(g);
-  return {v.needs[0] ? sum_to(where(le(a, b), g, z), a.shape()) : Tensor(),
-          v.needs[1] ? sum_to(where(gt(a, b), g, z), b.shape()) : Tensor()};
-}
+Tensors vjp_maximum(const VjpArgs& v) { return minmax_grads(v, true); }
+Tensors vjp_minimum(const VjpArgs& v) { return minmax_grads(v, false); }
 Tensors vjp_where(const VjpArgs& v) {
   const Tensor &c = v.in[0], &g = v.grad[0];
   Tensor z = zeros_like(g);
@@ -178,22 +181,29 @@ Tensors vjp_softplus(const VjpArgs& v) {  // sigmoid(beta x), 1 where beta x > t
   Tensor bx = mul(v.in[0], a.beta);
   return {mul(v.grad[0], where(gt(bx, a.threshold), ones_like(bx), sigmoid(bx)))};
 }
-Tensors vjp_clamp(const VjpArgs& v) {  // the gradient where min <= x <= max
+// The gradient strictly inside (min, max), 0 at the bounds: PyTorch 2.x's rule for scalar bounds
+// (checked against torch 2.15: clamp(x, -0.5, 0.7) has gradient 0 at -0.5 and at 0.7); an infinite
+// bound is absent (clamp(x, max=m) passes the gradient at x = -inf). NaN gets none.
+Tensors vjp_clamp(const VjpArgs& v) {
   const attr::Clamp a = attr::Clamp::of(v.attrs);
   const Tensor &x = v.in[0], &g = v.grad[0];
-  Tensor z = zeros_like(g);
-  return {where(ge(x, a.min), where(le(x, a.max), g, z), z)};
+  Tensor z = zeros_like(g), r = g;
+  if (a.max != std::numeric_limits<double>::infinity()) r = where(lt(x, a.max), r, z);
+  if (a.min != -std::numeric_limits<double>::infinity()) r = where(gt(x, a.min), r, z);
+  if (a.max == std::numeric_limits<double>::infinity() && a.min == -std::numeric_limits<double>::infinity())
+    r = where(eq(x, x), g, z);  // clamp(x): the identity, but NaN still gets no gradient
+  return {r};
 }
 Tensors vjp_leaky_relu(const VjpArgs& v) {
   const Tensor& x = v.in[0];
   Tensor slope = full_like(x, attr::LeakyRelu::of(v.attrs).negative_slope);
   return {mul(v.grad[0], where(gt(x, 0.0), ones_like(x), slope))};
 }
-Tensors vjp_hardtanh(const VjpArgs& v) {  // the gradient where min_val < x < max_val
+Tensors vjp_hardtanh(const VjpArgs& v) {  // 0 where x <= min_val or x >= max_val (a NaN passes), as PyTorch
   const attr::Hardtanh a = attr::Hardtanh::of(v.attrs);
   const Tensor &x = v.in[0], &g = v.grad[0];
   Tensor z = zeros_like(g);
-  return {where(gt(x, a.min_val), where(lt(x, a.max_val), g, z), z)};
+  return {where(le(x, a.min_val), z, where(ge(x, a.max_val), z, g))};
 }
 }  // namespace
 
@@ -225,7 +235,7 @@ void register_elementwise_ops() {
   AXLE_UNARY(Sqrt, vjp_sqrt, [](float x, const attr::Sqrt&) { return std::sqrt(x); });
   AXLE_UNARY(Rsqrt, vjp_rsqrt, [](float x, const attr::Rsqrt&) { return 1.0f / std::sqrt(x); });
   AXLE_UNARY(Abs, vjp_abs, [](auto x, const attr::Abs&) { return x < decltype(x)(0) ? -x : x; });
-  AXLE_UNARY(Relu, vjp_relu, [](auto x, const attr::Relu&) { return x > decltype(x)(0) ? x : decltype(x)(0); });
+  AXLE_UNARY(Relu, vjp_relu, [](auto x, const attr::Relu&) { return x <= decltype(x)(0) ? decltype(x)(0) : x; });  // NaN stays
   AXLE_UNARY(Gelu, vjp_gelu, [](float x, const attr::Gelu& a) {
     if (a.tanh) return 0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * (x + kGeluCubic * x * x * x)));
     return 0.5f * x * (1.0f + std::erf(x * kInvSqrt2));
@@ -274,7 +284,7 @@ void register_elementwise_ops() {
     return g * (cdf + x * kInvSqrt2Pi * std::exp(-0.5f * x * x));
   });
   AXLE_BINARY(ReluBackward, nullptr,  // (grad, y)
-              [](auto g, auto y, const attr::ReluBackward&) { return y > decltype(y)(0) ? g : decltype(g)(0); });
+              [](auto g, auto y, const attr::ReluBackward&) { return y <= decltype(y)(0) ? decltype(g)(0) : g; });
   AXLE_BINARY(Eq, nullptr, [](auto x, auto y, const attr::Eq&) { return x == y; });
   AXLE_BINARY(Ne, nullptr, [](auto x, auto y, const attr::Ne&) { return x != y; });
   AXLE_BINARY(Lt, nullptr, [](auto x, auto y, const attr::Lt&) { return x < y; });

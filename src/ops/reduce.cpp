@@ -130,6 +130,82 @@ std::vector<Meta> softmax_bwd_infer(const Tensors& in, const Attrs& a) {
   return {{in[1].shape(), kFloat32}};
 }
 
+// ------------------------------------------------------------------ cumsum / prod / sort
+/// dim of a dim-carrying op on x (0-d: 0 or -1), wrapped.
+int64_t along_dim(const Tensor& x, int64_t dim, const char* op) {
+  if (x.dim() == 0) {
+    AXLE_CHECK(dim == 0 || dim == -1, "[", op, "] expected dim 0 or -1 for a 0-d tensor, got ", dim);
+    return 0;
+  }
+  return wrap_dim(dim, x.dim(), op);
+}
+
+/// cumsum and prod: float32 stays float32, integers and bool widen to int64 (as PyTorch).
+DType widened_dtype(const Tensor& x, const char* op) {
+  const DType t = x.dtype();
+  AXLE_CHECK(t == kFloat32 || t == kInt64 || t == kInt32 || t == kUInt8 || t == kBool, "[", op, "] dtype ", t,
+             " is not supported");
+  return t == kFloat32 ? kFloat32 : kInt64;
+}
+
+std::vector<Meta> cumsum_infer(const Tensors& in, const Attrs& a) {
+  check_defined(in[0], "cumsum", "input");
+  AXLE_CHECK(a.ints.size() == 2, "[cumsum] expected attributes {dim, reverse}");
+  along_dim(in[0], a.ints[0], "cumsum");
+  return {{in[0].shape(), widened_dtype(in[0], "cumsum")}};
+}
+
+// The vjp of a running sum is the running sum the other way (the gradient at i sums the
+// output gradients at every j >= i).
+Tensors cumsum_vjp(const VjpArgs& v) {
+  attr::Cumsum a = attr::Cumsum::of(v.attrs);
+  a.reverse = !a.reverse;
+  return {call1(OpKind::Cumsum, {v.grad[0]}, a.pack())};
+}
+
+std::vector<Meta> prod_infer(const Tensors& in, const Attrs& a) {
+  check_defined(in[0], "prod", "input");
+  AXLE_CHECK(!a.ints.empty(), "[prod] expected attributes {keepdim, dims...}");
+  auto m = reduce_mask(in[0].shape(), a.ints, 1, "prod");
+  return {{reduced_shape(in[0].shape(), m, a.ints[0] != 0), widened_dtype(in[0], "prod")}};
+}
+
+Tensors prod_vjp(const VjpArgs& v) { return {call1(OpKind::ProdBackward, {v.grad[0], v.in[0]}, v.attrs)}; }
+
+// (grad, x) -> dx: grad times the product of the other reduced elements.
+std::vector<Meta> prod_bwd_infer(const Tensors& in, const Attrs& a) {
+  check_defined(in[0], "prod_backward", "grad");
+  check_defined(in[1], "prod_backward", "input");
+  AXLE_CHECK(!a.ints.empty(), "[prod_backward] expected attributes {keepdim, dims...}");
+  AXLE_CHECK(in[0].dtype() == kFloat32 && in[1].dtype() == kFloat32, "[prod_backward] expected float32 tensors, got ",
+             in[0].dtype(), " and ", in[1].dtype());
+  auto m = reduce_mask(in[1].shape(), a.ints, 1, "prod_backward");
+  const Shape want = reduced_shape(in[1].shape(), m, a.ints[0] != 0);
+  AXLE_CHECK(in[0].shape() == want, "[prod_backward] expected grad of shape ", shape_str(want), ", got ",
+             shape_str(in[0].shape()));
+  return {{in[1].shape(), kFloat32}};
+}
+
+std::vector<Meta> sort_infer(const Tensors& in, const Attrs& a) {
+  check_defined(in[0], "sort", "input");
+  AXLE_CHECK(a.ints.size() == 2, "[sort] expected attributes {dim, descending}");
+  along_dim(in[0], a.ints[0], "sort");
+  const DType t = in[0].dtype();
+  AXLE_CHECK(t == kFloat32 || t == kInt64 || t == kInt32 || t == kUInt8 || t == kBool, "[sort] dtype ", t,
+             " is not supported");
+  return {{in[0].shape(), t}, {in[0].shape(), kInt64}};
+}
+
+// The values' gradient goes back to where each value came from: zeros(x).scatter_add(dim,
+// indices, grad) (the indices are a permutation along dim, so nothing accumulates).
+Tensors sort_vjp(const VjpArgs& v) {
+  if (!v.grad[0].defined()) return {Tensor()};
+  if (v.in[0].dim() == 0) return {v.grad[0]};
+  Attrs b{.ints = {attr::Sort::of(v.attrs).dim}, .floats = {}};
+  for (int64_t s : v.in[0].shape()) b.ints.push_back(s);
+  return {call1(OpKind::ScatterAdd, {v.grad[0], v.out[1]}, b)};
+}
+
 }  // namespace
 
 NllGeom nll_check(const Tensor& logp, const Tensor& target, const char* op) {
@@ -203,6 +279,10 @@ void register_reduce_ops() {
   register_op(OpKind::LogSoftmaxBackward, {.infer = softmax_bwd_infer<true>});
   register_op(OpKind::NllLoss, {.infer = nll_infer, .vjp = nll_vjp});
   register_op(OpKind::NllLossBackward, {.infer = nll_bwd_infer});
+  register_op(OpKind::Cumsum, {.infer = cumsum_infer, .vjp = cumsum_vjp});
+  register_op(OpKind::Prod, {.infer = prod_infer, .vjp = prod_vjp});
+  register_op(OpKind::ProdBackward, {.infer = prod_bwd_infer});
+  register_op(OpKind::Sort, {.infer = sort_infer, .vjp = sort_vjp});
 }
 
 }  // namespace axle::ops
@@ -314,6 +394,40 @@ Tensor var(const Tensor& x, const Shape& dims, int64_t correction, bool keepdim)
   Tensor d = sub(xf, mean(xf, dims, true));
   const int64_t n = reduced_count(x, dims);
   return div(sum(mul(d, d), dims, keepdim), double(std::max<int64_t>(0, n - correction)));
+}
+Tensor std(const Tensor& x, const Shape& dims, int64_t correction, bool keepdim) {
+  check_dims(x, dims, "std");
+  Tensor v = var(x, dims, correction, keepdim);
+  // sqrt(var), with PyTorch's gradient 0 where the std is 0 (not 0 / 0): the sqrt sees 1 there.
+  Tensor zero = eq(v, 0.0);
+  return where(zero, zeros_like(v), sqrt(where(zero, ones_like(v), v)));
+}
+Tensor prod(const Tensor& x) { return call1(OpKind::Prod, {x}, reduce_attrs(x, {}, false, "prod")); }
+Tensor prod(const Tensor& x, int64_t dim, bool keepdim) {
+  return call1(OpKind::Prod, {x}, reduce_attrs(x, {dim}, keepdim, "prod"));
+}
+Tensor cumsum(const Tensor& x, int64_t dim) {
+  ops::check_defined(x, "cumsum", "input");
+  return call1(OpKind::Cumsum, {x}, ops::attr::Cumsum{.dim = ops::along_dim(x, dim, "cumsum"), .reverse = false}.pack());
+}
+std::pair<Tensor, Tensor> sort(const Tensor& x, int64_t dim, bool descending, bool /*stable: always*/) {
+  ops::check_defined(x, "sort", "input");
+  ops::Tensors r =
+      ops::call(OpKind::Sort, {x}, ops::attr::Sort{.dim = ops::along_dim(x, dim, "sort"), .descending = descending}.pack());
+  return {r[0], r[1]};
+}
+Tensor argsort(const Tensor& x, int64_t dim, bool descending, bool stable) {
+  ops::check_defined(x, "argsort", "input");
+  return sort(x, ops::along_dim(x, dim, "argsort"), descending, stable).second;
+}
+std::pair<Tensor, Tensor> topk(const Tensor& x, int64_t k, int64_t dim, bool largest, bool /*sorted: always*/) {
+  ops::check_defined(x, "topk", "input");
+  const int64_t d = ops::along_dim(x, dim, "topk");
+  const int64_t n = x.dim() == 0 ? 1 : x.shape()[size_t(d)];
+  AXLE_CHECK(k >= 0 && k <= n, "[topk] expected k in [0, ", n, "] (the size of dim ", d, "), got ", k);
+  auto [v, i] = sort(x, d, largest, true);
+  if (x.dim() == 0) return {v, i};
+  return {slice(v, d, 0, k), slice(i, d, 0, k)};
 }
 Tensor softmax(const Tensor& x, int64_t dim) {
   ops::check_defined(x, "softmax", "input");

@@ -1,5 +1,5 @@
 // Reduction kernels on cpu: sum, amax, amin, argmax, argmin, softmax / log_softmax and
-// their backward, nll_loss and its backward.
+// their backward, nll_loss and its backward, cumsum, prod and its backward, sort.
 //
 // Every reduction kernel works on a contiguous input viewed as [O, R, I] and reduces R:
 // I == 1 is a row reduction (contiguous rows, SIMD + pairwise), O == 1 is a reduction over
@@ -9,6 +9,8 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <numeric>
+#include <type_traits>
 
 #include "axle/ops.h"
 #include "backend/cpu/kernels/kernels.h"
@@ -604,6 +606,164 @@ Tensors nll_bwd_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>& 
   return {dx};
 }
 
+// ------------------------------------------------------------------ cumsum / prod / sort
+/// Element offsets of a contiguous tensor of shape s split by mask m: `kept` lists the kept
+/// dims' combinations (row-major, the reduced output's order), `red` the reduced dims'
+/// combinations; element (o, r) is at kept[o] + red[r].
+struct SplitOffsets {
+  std::vector<int64_t> kept{0}, red{0};
+};
+SplitOffsets split_offsets(const Shape& s, const std::vector<bool>& m) {
+  SplitOffsets so;
+  int64_t stride = 1;
+  std::vector<int64_t> st(s.size());
+  for (size_t d = s.size(); d-- > 0;) {
+    st[d] = stride;
+    stride *= s[d];
+  }
+  for (size_t d = 0; d < s.size(); ++d) {
+    std::vector<int64_t>& v = m[d] ? so.red : so.kept;
+    std::vector<int64_t> nv;
+    nv.reserve(v.size() * size_t(s[d]));
+    for (int64_t e : v)
+      for (int64_t i = 0; i < s[d]; ++i) nv.push_back(e + i * st[d]);
+    v = std::move(nv);
+  }
+  return so;
+}
+
+template <class T, class Acc>
+void cumsum_kernel(const T* x, Acc* out, const Geom& g, bool reverse) {
+#pragma omp parallel for schedule(static) if (g.O * g.R * g.I >= kGrain && g.O * g.I > 1)
+  for (int64_t t = 0; t < g.O * g.I; ++t) {
+    const int64_t o = t / g.I, i = t % g.I;
+    const int64_t base = o * g.R * g.I + i;
+    // float32 accumulates in double and rounds each output, as PyTorch's cpu kernel.
+    std::conditional_t<std::is_same_v<Acc, float>, double, Acc> acc = 0;
+    for (int64_t k = 0; k < g.R; ++k) {
+      const int64_t r = reverse ? g.R - 1 - k : k;
+      acc += x[base + r * g.I];
+      out[base + r * g.I] = Acc(acc);
+    }
+  }
+}
+
+Tensors cumsum_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>& mt) {
+  const attr::Cumsum c = attr::Cumsum::of(a);
+  const DType t = mt[0].dtype;
+  Tensor x = cpu::contiguous_as(in[0], t);
+  Tensor out = make_tensor(mt[0].shape, t);
+  if (out.numel() == 0) return {out};
+  const Geom g = in[0].dim() == 0 ? Geom{} : dim_geom(x.shape(), c.dim);
+  if (t == kFloat32) cumsum_kernel<float, float>(x.data<float>(), out.data<float>(), g, c.reverse);
+  else cumsum_kernel<int64_t, int64_t>(x.data<int64_t>(), out.data<int64_t>(), g, c.reverse);
+  return {out};
+}
+
+template <class T>
+T prod_of(const T* x, int64_t base, const std::vector<int64_t>& red) {
+  if constexpr (std::is_same_v<T, float>) {
+    double p = 1;
+    for (int64_t r : red) p *= double(x[base + r]);
+    return float(p);
+  } else {  // wraps on overflow (two's complement), as PyTorch's int64 product
+    uint64_t p = 1;
+    for (int64_t r : red) p *= uint64_t(x[base + r]);
+    return T(p);
+  }
+}
+
+Tensors prod_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>& mt) {
+  const DType t = mt[0].dtype;
+  Tensor x = cpu::contiguous_as(in[0], t);
+  Tensor out = make_tensor(mt[0].shape, t);
+  if (out.numel() == 0) return {out};
+  const SplitOffsets so = split_offsets(x.shape(), reduce_mask(x.shape(), a.ints, 1, "prod"));
+  const int64_t O = int64_t(so.kept.size());
+#pragma omp parallel for schedule(static) if (x.numel() >= kGrain && O > 1)
+  for (int64_t o = 0; o < O; ++o) {
+    if (t == kFloat32) out.data<float>()[o] = prod_of(x.data<float>(), so.kept[size_t(o)], so.red);
+    else out.data<int64_t>()[o] = prod_of(x.data<int64_t>(), so.kept[size_t(o)], so.red);
+  }
+  return {out};
+}
+
+// dx[r] = grad * prod_{j < r} x[j] * prod_{j > r} x[j] along each reduced group: exact with
+// zeros (no division by x).
+Tensors prod_bwd_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>& mt) {
+  Tensor g = cpu::contiguous_as(in[0], kFloat32), x = cpu::contiguous_as(in[1], kFloat32);
+  Tensor dx = make_tensor(mt[0].shape, kFloat32);
+  if (dx.numel() == 0) return {dx};
+  const SplitOffsets so = split_offsets(x.shape(), reduce_mask(x.shape(), a.ints, 1, "prod_backward"));
+  const int64_t O = int64_t(so.kept.size()), R = int64_t(so.red.size());
+  const float *gp = g.data<float>(), *xp = x.data<float>();
+  float* dp = dx.data<float>();
+#pragma omp parallel for schedule(static) if (x.numel() >= kGrain && O > 1)
+  for (int64_t o = 0; o < O; ++o) {
+    const int64_t base = so.kept[size_t(o)];
+    std::vector<double> pre(size_t(R) + 1, 1.0);
+    for (int64_t r = 0; r < R; ++r) pre[size_t(r) + 1] = pre[size_t(r)] * double(xp[base + so.red[size_t(r)]]);
+    double suf = 1.0;
+    for (int64_t r = R; r-- > 0;) {
+      const int64_t at = base + so.red[size_t(r)];
+      dp[at] = float(double(gp[o]) * pre[size_t(r)] * suf);
+      suf *= double(xp[at]);
+    }
+  }
+  return {dx};
+}
+
+/// a before b in ascending order, NaN the largest (PyTorch's order); descending is the mirror.
+template <class T>
+inline bool sort_less(T a, T b) {
+  if constexpr (std::is_floating_point_v<T>) {
+    if (b != b) return a == a;
+  }
+  return a < b;
+}
+
+template <class T>
+void sort_kernel(const T* x, T* vals, int64_t* idx, const Geom& g, bool descending) {
+#pragma omp parallel for schedule(static) if (g.O * g.R * g.I >= kGrain && g.O * g.I > 1)
+  for (int64_t t = 0; t < g.O * g.I; ++t) {
+    const int64_t o = t / g.I, i = t % g.I;
+    const int64_t base = o * g.R * g.I + i;
+    std::vector<int64_t> perm(size_t(g.R));
+    std::iota(perm.begin(), perm.end(), int64_t(0));
+    auto at = [&](int64_t r) { return x[base + r * g.I]; };
+    if (descending)
+      std::stable_sort(perm.begin(), perm.end(), [&](int64_t p, int64_t q) { return sort_less(at(q), at(p)); });
+    else
+      std::stable_sort(perm.begin(), perm.end(), [&](int64_t p, int64_t q) { return sort_less(at(p), at(q)); });
+    for (int64_t r = 0; r < g.R; ++r) {
+      vals[base + r * g.I] = at(perm[size_t(r)]);
+      idx[base + r * g.I] = perm[size_t(r)];
+    }
+  }
+}
+
+Tensors sort_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>& mt) {
+  const attr::Sort s = attr::Sort::of(a);
+  const DType t = in[0].dtype();
+  Tensor x = cpu::contiguous_as(in[0], t);
+  Tensor vals = make_tensor(mt[0].shape, t), idx = make_tensor(mt[1].shape, kInt64);
+  if (vals.numel() == 0) return {vals, idx};
+  const Geom g = in[0].dim() == 0 ? Geom{} : dim_geom(x.shape(), s.dim);
+  int64_t* ip = idx.data<int64_t>();
+  switch (t) {
+    case DType::Float32: sort_kernel<float>(x.data<float>(), vals.data<float>(), ip, g, s.descending); break;
+    case DType::Int64: sort_kernel<int64_t>(x.data<int64_t>(), vals.data<int64_t>(), ip, g, s.descending); break;
+    case DType::Int32: sort_kernel<int32_t>(x.data<int32_t>(), vals.data<int32_t>(), ip, g, s.descending); break;
+    case DType::Bool:
+    case DType::UInt8:
+      sort_kernel<uint8_t>(static_cast<const uint8_t*>(x.data_ptr()), static_cast<uint8_t*>(vals.data_ptr()), ip, g,
+                           s.descending);
+      break;
+    default: AXLE_FAIL("[sort] dtype ", t, " is not supported on cpu");
+  }
+  return {vals, idx};
+}
+
 }  // namespace
 
 void register_cpu_reduce_kernels() {
@@ -619,6 +779,10 @@ void register_cpu_reduce_kernels() {
   reg(OpKind::LogSoftmaxBackward, softmax_bwd_cpu<true>);
   reg(OpKind::NllLoss, nll_cpu);
   reg(OpKind::NllLossBackward, nll_bwd_cpu);
+  reg(OpKind::Cumsum, cumsum_cpu);
+  reg(OpKind::Prod, prod_cpu);
+  reg(OpKind::ProdBackward, prod_bwd_cpu);
+  reg(OpKind::Sort, sort_cpu);
 }
 
 }  // namespace axle::cpu
