@@ -605,9 +605,9 @@ TEST(Passes, PoolReluBackwardNotFusedWhenGradientIsUsedElsewhere) {
   manual_seed(6);
   Tensor x = randn({2, 3, 6, 6}).to(device());
   Tensor h = relu(x);
-  ops::Tensors pr = ops::call(ops::OpKind::MaxPool2d, {h}, {.ints = {2, 2, 2, 2, 0, 0}, .floats = {}});
+  ops::Tensors pr = ops::call(ops::OpKind::MaxPool2d, {h}, {.ints = {2, 2, 2, 2, 0, 0, 1, 1, 0}, .floats = {}});
   Tensor g = randn(pr[0].shape()).to(device());
-  Tensor gp = ops::call1(ops::OpKind::MaxPool2dBackward, {g, h, pr[1]}, {.ints = {2, 2, 2, 2, 0, 0}, .floats = {}});
+  Tensor gp = ops::call1(ops::OpKind::MaxPool2dBackward, {g, h, pr[1]}, {.ints = {2, 2, 2, 2, 0, 0, 1, 1, 0}, .floats = {}});
   Tensor gr = ops::call1(ops::OpKind::ReluBackward, {gp, h});
   Program prog = trace({gp, gr});
   PassPipeline pp;
@@ -660,7 +660,7 @@ TEST(Ops, MaxPoolBackwardReadsNchwGradAndOutput) {
   // grad (a flatten's gradient) or y gives the same values as channels-last ones.
   manual_seed(8);
   Tensor x = permute(randn({3, 5, 6, 4}), {0, 3, 1, 2});  // [3, 4, 5, 6], channels-last memory
-  const ops::Attrs a6{.ints = {2, 2, 2, 2, 0, 0}, .floats = {}}, a7{.ints = {2, 2, 2, 2, 0, 0, 1}, .floats = {}};
+  const ops::Attrs a6{.ints = {2, 2, 2, 2, 0, 0, 1, 1, 0}, .floats = {}}, a7{.ints = {2, 2, 2, 2, 0, 0, 1, 1, 0, 1}, .floats = {}};
   ops::Tensors fwd = ops::call(ops::OpKind::MaxPool2d, {x}, a6);
   Tensor y_nchw = fwd[0].contiguous();
   Tensor g = randn(fwd[0].shape());  // NCHW
