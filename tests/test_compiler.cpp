@@ -599,6 +599,12 @@ TEST(Passes, PoolReluBackwardIsFusedOverlappingNchw) {
 TEST(Passes, PoolReluBackwardIsFusedOneDnnChannelsLast) {
   check_pool_relu_fusion({true, {.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}}});
 }
+// ceil_mode and dilation: axle's own kernel (an overhanging or dilated window), NCHW and channels-last.
+TEST(Passes, PoolReluBackwardIsFusedCeilModeDilation) {
+  check_pool_relu_fusion({false, {.kernel = {3, 2}, .stride = {2, 2}, .padding = {1, 1}, .dilation = {2, 1}, .ceil_mode = true}});
+  check_pool_relu_fusion({true, {.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}, .ceil_mode = true}});
+  check_pool_relu_fusion({true, {.kernel = {3, 3}, .ceil_mode = true}});
+}
 
 TEST(Passes, PoolReluBackwardNotFusedWhenGradientIsUsedElsewhere) {
   // The pooling gradient itself is a graph output: it must stay unmasked.
