@@ -563,6 +563,9 @@ std::vector<OpCase> build_table() {
   row({"max_pool2d_ceil_padding", {D({1, 2, 6, 6})},
        AX(max_pool2d(x[0], {.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}, .ceil_mode = true})),
        RF(max_pool2d(a[0], {.kh = 3, .kw = 3, .sh = 2, .sw = 2, .ph = 1, .pw = 1, .ceil_mode = true}))});
+  row({"max_pool2d_ceil_dropped_window", {D({1, 2, 4, 5})},  // a last column window would start in the padding: dropped
+       AX(max_pool2d(x[0], {.kernel = {2, 2}, .stride = {2, 2}, .padding = {1, 1}, .ceil_mode = true})),
+       RF(max_pool2d(a[0], {.kh = 2, .kw = 2, .sh = 2, .sw = 2, .ph = 1, .pw = 1, .ceil_mode = true}))});
   row({"max_pool2d_dilation", {D({1, 2, 7, 7})},
        AX(max_pool2d(x[0], {.kernel = {3, 3}, .stride = {1, 1}, .padding = {1, 1}, .dilation = {2, 2}})),
        RF(max_pool2d(a[0], {.kh = 3, .kw = 3, .sh = 1, .sw = 1, .ph = 1, .pw = 1, .dh = 2, .dw = 2}))});

@@ -36,6 +36,15 @@ def with_nan(g):
     return [x]
 
 
+def with_nan_nhwc(g):
+    x = torch.randn(2, 6, 7, 3, generator=g)
+    x[0, 0, 1, 0] = float("nan")
+    x[0, 1, 0, 0] = float("nan")
+    x[1, 3, 3, 2] = float("nan")
+    x[1, 5, 6, 1] = float("nan")
+    return [x]
+
+
 def rows():
     # ---- max_pool2d
     yield Row("max_pool2d", lambda x: F.max_pool2d(x, 2), randn((2, 3, 6, 6)))
@@ -65,6 +74,7 @@ def rows():
     yield Row("max_pool2d_neg_inf_padded", lambda x: F.max_pool2d(x, 2, stride=1, padding=1), with_inf)
     yield Row("max_pool2d_nan", lambda x: F.max_pool2d(x, 2), with_nan)
     yield Row("max_pool2d_nan_overlapping", lambda x: F.max_pool2d(x, 3, stride=1, padding=1), with_nan)
+    yield Row("max_pool2d_nan_channels_last", lambda x: F.max_pool2d(nhwc(x), 3, stride=2, padding=1), with_nan_nhwc)
     yield Row("max_pool2d_transposed_view", lambda x: F.max_pool2d(x.transpose(2, 3), 2, stride=1), randn((2, 2, 5, 4)))
     yield Row("max_pool2d_unbatched", lambda x: F.max_pool2d(x, 2, padding=1), randn((3, 5, 5)))
     yield Row("max_pool2d_empty_batch", lambda x: F.max_pool2d(x, 2), randn((0, 2, 4, 4)))

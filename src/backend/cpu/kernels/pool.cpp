@@ -373,9 +373,21 @@ Tensor avg_bwd_own(const Tensor& gy_in, const PoolCfg& c, const PoolGeom& g) {
   return gx;
 }
 
-// oneDNN runs max pooling only on channels-last inputs whose workspace cannot be mistaken for NCHW,
-// without dilation or a ceil_mode overhang (axle's own kernel runs those).
-bool max_on_dnnl(const Tensor& x, const PoolGeom& g, const PoolCfg& c) {
+// Whether a dense tensor holds a NaN (one pass over its memory).
+bool any_nan(const Tensor& x) {
+  const float* p = x.data<float>();
+  const int64_t n = x.numel();
+  int found = 0;
+#pragma omp parallel for simd schedule(static) reduction(| : found) if (n >= cpu::kParallelGrain)
+  for (int64_t i = 0; i < n; ++i) found |= p[i] != p[i];
+  return found != 0;
+}
+
+// Channels-last max pooling (the 2x2 kernel above, or oneDNN's) runs only on channels-last inputs
+// whose workspace cannot be mistaken for NCHW, without dilation or a ceil_mode overhang; oneDNN's
+// also only without NaNs: its kernel never lets a NaN win a window, PyTorch's does (golden row
+// max_pool2d_nan_channels_last). axle's own NCHW kernel runs the rest.
+bool max_channels_last(const Tensor& x, const PoolGeom& g, const PoolCfg& c) {
   return !dg::is_dense(x, dg::Layout::NCHW) && dg::is_dense(x, dg::Layout::NHWC) && g.C > 1 && g.OH * g.OW > 1 &&
          c.dh == 1 && c.dw == 1 && !overhangs(g, c);
 }
@@ -387,7 +399,7 @@ Tensors pool_forward(const Tensor& x_in, const PoolCfg& c, const char* op) {
   const dg::Layout l = act_layout(x);
   const bool is_max = c.alg == dnnl::algorithm::pooling_max;
   if (!is_max && overhangs(g, c)) return {avg_fwd_own(x, c, g)};
-  if (is_max && !max_on_dnnl(x, g, c)) {
+  auto own_max = [&]() -> Tensors {
     Tensor y = make_tensor({g.N, g.C, g.OH, g.OW}, kFloat32);
     Tensor ws = make_tensor(y.shape(), ws_dtype(c));
     if (y.numel() == 0) return {y, ws};
@@ -396,13 +408,17 @@ Tensors pool_forward(const Tensor& x_in, const PoolCfg& c, const char* op) {
     else
       max_fwd_own(x, c, g, y.data<float>(), ws.data<int32_t>());
     return {y, ws};
-  }
-  Tensor y = dg::empty_4d({g.N, g.C, g.OH, g.OW}, l);
-  Tensor ws = is_max ? dg::empty_4d(y.shape(), l, ws_dtype(c)) : Tensor();
+  };
+  if (is_max && !max_channels_last(x, g, c)) return own_max();
   if (is_max && is_2x2(c, g) && l == dg::Layout::NHWC && dg::is_dense(x, l)) {
+    Tensor y = dg::empty_4d({g.N, g.C, g.OH, g.OW}, l);
+    Tensor ws = dg::empty_4d(y.shape(), l, ws_dtype(c));
     if (y.numel() > 0) max_fwd_nhwc_2x2(x.data<float>(), g, y.data<float>(), ws.data<uint8_t>());
     return {y, ws};
   }
+  if (is_max && any_nan(x)) return own_max();
+  Tensor y = dg::empty_4d({g.N, g.C, g.OH, g.OW}, l);
+  Tensor ws = is_max ? dg::empty_4d(y.shape(), l, ws_dtype(c)) : Tensor();
   Tensors out{y};
   if (is_max) out.push_back(ws);
   if (y.numel() == 0) return out;
