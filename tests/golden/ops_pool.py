@@ -45,6 +45,14 @@ def with_nan_nhwc(g):
     return [x]
 
 
+def with_inf_nhwc(g):
+    x = torch.randn(2, 6, 6, 3, generator=g)
+    x[0, :3, :3, 0] = float("-inf")  # whole windows of -inf (one with padding)
+    x[1, :, 2, 1] = float("-inf")
+    x[1, 4, 4, 2] = float("inf")
+    return [x]
+
+
 def rows():
     # ---- max_pool2d
     yield Row("max_pool2d", lambda x: F.max_pool2d(x, 2), randn((2, 3, 6, 6)))
@@ -72,6 +80,8 @@ def rows():
               ties(1, 6, 6, 4))
     yield Row("max_pool2d_neg_inf", lambda x: F.max_pool2d(x, 3, stride=3), with_inf)
     yield Row("max_pool2d_neg_inf_padded", lambda x: F.max_pool2d(x, 2, stride=1, padding=1), with_inf)
+    yield Row("max_pool2d_neg_inf_channels_last", lambda x: F.max_pool2d(nhwc(x), 3, stride=2, padding=1),
+              with_inf_nhwc)
     yield Row("max_pool2d_nan", lambda x: F.max_pool2d(x, 2), with_nan)
     yield Row("max_pool2d_nan_overlapping", lambda x: F.max_pool2d(x, 3, stride=1, padding=1), with_nan)
     yield Row("max_pool2d_nan_channels_last", lambda x: F.max_pool2d(nhwc(x), 3, stride=2, padding=1), with_nan_nhwc)

@@ -3,9 +3,10 @@
 // channels-last results, so no reorder sits between a channels-last convolution and its pooling.
 // Max pooling: 2x2/stride-2 on channels-last runs axle's own kernel (vectorised over channels,
 // ~15-22 GB/s: cnn pools fwd+bwd 2.8 ms per step vs PyTorch 1.13's ~17 ms); other channels-last
-// windows run oneDNN; NCHW (and odd strides, dilated windows, ceil_mode windows past the padded
-// input) run axle's own NCHW kernel (oneDNN's NCHW kernel is slow here). All share the workspace
-// encoding: uint8 (int32 if kh*kw >= 256) index inside the window, in y's layout. Avg pooling runs
+// windows run oneDNN (unless the input holds a NaN or -inf, which oneDNN's kernel gets wrong);
+// NCHW (and odd strides, dilated windows, ceil_mode windows past the padded input) run axle's own
+// NCHW kernel (oneDNN's NCHW kernel is slow here). All share the workspace encoding: uint8 (int32
+// if kh*kw >= 256) index inside the window, in y's layout. Avg pooling runs
 // oneDNN, except where a ceil_mode window overhangs the padded input (axle's own kernel: PyTorch's
 // divisor); adaptive avg runs oneDNN when the output divides the input, else a small kernel of its own.
 #include <algorithm>
@@ -373,20 +374,22 @@ Tensor avg_bwd_own(const Tensor& gy_in, const PoolCfg& c, const PoolGeom& g) {
   return gx;
 }
 
-// Whether a dense tensor holds a NaN (one pass over its memory).
-bool any_nan(const Tensor& x) {
+// Whether a dense tensor holds a NaN or a -inf (one pass over its memory).
+bool any_nan_or_neg_inf(const Tensor& x) {
   const float* p = x.data<float>();
   const int64_t n = x.numel();
   int found = 0;
 #pragma omp parallel for simd schedule(static) reduction(| : found) if (n >= cpu::kParallelGrain)
-  for (int64_t i = 0; i < n; ++i) found |= p[i] != p[i];
+  for (int64_t i = 0; i < n; ++i) found |= !(p[i] > -INFINITY);
   return found != 0;
 }
 
 // Channels-last max pooling (the 2x2 kernel above, or oneDNN's) runs only on channels-last inputs
 // whose workspace cannot be mistaken for NCHW, without dilation or a ceil_mode overhang; oneDNN's
-// also only without NaNs: its kernel never lets a NaN win a window, PyTorch's does (golden row
-// max_pool2d_nan_channels_last). axle's own NCHW kernel runs the rest.
+// also only without NaNs and -infs: its kernel never lets a NaN win a window (PyTorch's does), and
+// gives a window of -inf the value -FLT_MAX and its gradient to no element (PyTorch: -inf, the
+// first element; golden rows max_pool2d_nan_channels_last, max_pool2d_neg_inf_channels_last).
+// axle's own NCHW kernel runs the rest.
 bool max_channels_last(const Tensor& x, const PoolGeom& g, const PoolCfg& c) {
   return !dg::is_dense(x, dg::Layout::NCHW) && dg::is_dense(x, dg::Layout::NHWC) && g.C > 1 && g.OH * g.OW > 1 &&
          c.dh == 1 && c.dw == 1 && !overhangs(g, c);
@@ -416,7 +419,7 @@ Tensors pool_forward(const Tensor& x_in, const PoolCfg& c, const char* op) {
     if (y.numel() > 0) max_fwd_nhwc_2x2(x.data<float>(), g, y.data<float>(), ws.data<uint8_t>());
     return {y, ws};
   }
-  if (is_max && any_nan(x)) return own_max();
+  if (is_max && any_nan_or_neg_inf(x)) return own_max();
   Tensor y = dg::empty_4d({g.N, g.C, g.OH, g.OW}, l);
   Tensor ws = is_max ? dg::empty_4d(y.shape(), l, ws_dtype(c)) : Tensor();
   Tensors out{y};
