@@ -134,7 +134,8 @@ Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight, con
   check_vec(bias, "bias");
   // Each (sample, group) row: its C/G channels and all spatial positions, normalised with the
   // biased variance, as PyTorch.
-  const int64_t per_group = x.numel() / std::max<int64_t>(N * num_groups, 1);
+  int64_t per_group = C / num_groups;
+  for (int64_t d = 2; d < x.dim(); ++d) per_group *= x.shape()[size_t(d)];
   Tensor xg = reshape(x, {N, num_groups, per_group});
   Tensor mu = mean(xg, {2}, true);
   Tensor d = sub(xg, mu);

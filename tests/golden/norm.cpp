@@ -38,4 +38,5 @@ AXLE_GOLDEN_ROWS(Norm, "golden_ops_norm.safetensors",
   {"group_norm_instance", [](const In& x) { return Out{axle::group_norm(x[0], 4, x[1], x[2])}; }},
   {"group_norm_no_affine_eps", [](const In& x) { return Out{axle::group_norm(x[0], 2, {}, {}, 1e-3)}; }},
   {"group_norm_2d", [](const In& x) { return Out{axle::group_norm(x[0], 2, x[1], x[2])}; }},
-  {"group_norm_channels_last", [](const In& x) { return Out{axle::group_norm(nhwc(x[0]), 2, x[1], x[2])}; }})
+  {"group_norm_channels_last", [](const In& x) { return Out{axle::group_norm(nhwc(x[0]), 2, x[1], x[2])}; }},
+  {"group_norm_empty_batch", [](const In& x) { return Out{axle::group_norm(x[0], 2, x[1], x[2])}; }})

@@ -72,3 +72,4 @@ def rows():
     yield Row("group_norm_2d", lambda x, w, b: F.group_norm(x, 2, w, b), randn((5, 6), (6,), (6,)))
     yield Row("group_norm_channels_last", lambda x, w, b: F.group_norm(nhwc(x), 2, w, b),
               randn((2, 3, 4, 6), (6,), (6,)))
+    yield Row("group_norm_empty_batch", lambda x, w, b: F.group_norm(x, 2, w, b), randn((0, 4, 3), (4,), (4,)))
