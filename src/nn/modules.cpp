@@ -2,7 +2,11 @@
 // Embedding, Sequential. Initialisation follows PyTorch's reset_parameters().
 #include "axle/nn/modules.h"
 
+#include <algorithm>
+#include <charconv>
 #include <cmath>
+#include <cstdio>
+#include <sstream>
 #include <string>
 
 #include "axle/autograd.h"
@@ -21,6 +25,36 @@ std::string num_str(double v) {
 // kaiming_uniform_(a=sqrt(5)) on a weight with this fan_in and PyTorch's bias init
 // both reduce to U(-1/sqrt(fan_in), 1/sqrt(fan_in)).
 double fan_in_bound(int64_t fan_in) { return fan_in > 0 ? 1.0 / std::sqrt(double(fan_in)) : 0.0; }
+/// A double as Python's repr of a float prints it ("1.0", "0.01", "1e-05", "-inf"):
+/// the shortest round-trip digits, scientific below 1e-4 and from 1e16.
+std::string py_float(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v < 0 ? "-inf" : "inf";
+  char buf[64];
+  auto r = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::scientific);
+  std::string sci(buf, r.ptr);  // d[.ddd]e[+-]XX
+  const size_t e = sci.find('e');
+  const int exp = std::stoi(sci.substr(e + 1));
+  std::string digits = sci.substr(0, e);
+  const bool neg = digits[0] == '-';
+  if (neg) digits.erase(0, 1);
+  digits.erase(std::remove(digits.begin(), digits.end(), '.'), digits.end());
+  std::string out;
+  if (exp < -4 || exp >= 16) {
+    out = digits.substr(0, 1);
+    if (digits.size() > 1) out += "." + digits.substr(1);
+    char eb[16];
+    std::snprintf(eb, sizeof eb, "e%c%02d", exp < 0 ? '-' : '+', std::abs(exp));
+    out += eb;
+  } else if (exp < 0) {
+    out = "0." + std::string(size_t(-exp - 1), '0') + digits;
+  } else if (size_t(exp) + 1 >= digits.size()) {
+    out = digits + std::string(size_t(exp) + 1 - digits.size(), '0') + ".0";
+  } else {
+    out = digits.substr(0, size_t(exp) + 1) + "." + digits.substr(size_t(exp) + 1);
+  }
+  return neg ? "-" + out : out;
+}
 void fill_uniform(const Tensor& t, double bound) {
   NoGradGuard ng;
   t.set_data(uniform(t.shape(), -bound, bound, {.dtype = t.dtype(), .device = t.device()}));
@@ -103,8 +137,11 @@ BatchNorm::BatchNorm(int64_t c, double eps, std::optional<double> momentum, bool
     weight = register_parameter("weight", ones({c}));
     bias = register_parameter("bias", zeros({c}));
   }
-  running_mean = register_buffer("running_mean", zeros({c}));
-  running_var = register_buffer("running_var", ones({c}));
+  if (track) {  // PyTorch registers None buffers otherwise: no state dict entries
+    running_mean = register_buffer("running_mean", zeros({c}));
+    running_var = register_buffer("running_var", ones({c}));
+    num_batches_tracked = register_buffer("num_batches_tracked", zeros({}, {.dtype = kInt64}));
+  }
 }
 
 Tensor BatchNorm::forward(const Tensor& x) {
@@ -112,8 +149,32 @@ Tensor BatchNorm::forward(const Tensor& x) {
   check_input(x);
   AXLE_CHECK(x.size(1) == num_features, "[", name(), "] expected ", num_features, " channels, got shape ",
              shape_str(x.shape()));
-  AXLE_CHECK(momentum.has_value(), "[", name(), "] momentum=None is not implemented yet");
-  return batch_norm(x, weight, bias, running_mean, running_var, is_training(), *momentum, eps);
+  const bool update = is_training() && track_running_stats;
+  if (update) {
+    NoGradGuard ng;
+    num_batches_tracked.set_data(add(num_batches_tracked.detach(), 1.0));
+  }
+  if (!update || momentum) {
+    // Eval with running statistics, training with a fixed momentum (batch_norm updates the
+    // running statistics), or no running statistics at all (batch statistics in both modes).
+    return batch_norm(x, weight, bias, running_mean, running_var, is_training() || !track_running_stats,
+                      momentum.value_or(0.0), eps);
+  }
+  // momentum unset: the cumulative moving average, factor 1 / num_batches_tracked (after the
+  // increment), as PyTorch's momentum=None. The factor stays a tensor: no device sync on xla.
+  Tensor y = batch_norm(x, weight, bias, Tensor(), Tensor(), true, 0.0, eps);
+  NoGradGuard ng;
+  const Tensor xd = x.detach();
+  Shape dims{0};
+  for (int64_t d = 2; d < x.dim(); ++d) dims.push_back(d);
+  Tensor bm = mean(xd, dims);
+  Tensor bv = var(xd, dims, /*correction=*/1);
+  const DType st = running_mean.dtype();
+  Tensor f = div(ones({}, {.dtype = st, .device = x.device()}), cast(num_batches_tracked.detach(), st));
+  Tensor keep = sub(ones({}, {.dtype = st, .device = x.device()}), f);
+  running_mean.set_data(add(mul(running_mean.detach(), keep), mul(cast(bm, st), f)));
+  running_var.set_data(add(mul(running_var.detach(), keep), mul(cast(bv, st), f)));
+  return y;
 }
 
 void BatchNorm2d::check_input(const Tensor& x) const {
@@ -130,6 +191,46 @@ std::string BatchNorm::extra_repr() const {
   return std::to_string(num_features) + ", eps=" + num_str(eps) +
          ", momentum=" + (momentum ? num_str(*momentum) : std::string("None")) + ", affine=" + b2s(affine) +
          ", track_running_stats=" + b2s(track_running_stats);
+}
+
+std::vector<std::string> BatchNorm::optional_state() const {
+  // PyTorch's _BatchNorm fills a missing num_batches_tracked (state dicts older than its
+  // version 2, and axle's before it had the buffer) with its current value.
+  if (track_running_stats) return {"num_batches_tracked"};
+  return {};
+}
+
+// ---- GroupNorm ----
+GroupNorm::GroupNorm(int64_t g, int64_t c, double eps, bool affine)
+    : num_groups(g), num_channels(c), eps(eps), affine(affine) {
+  AXLE_CHECK(g > 0 && c > 0 && c % g == 0, "[GroupNorm] expected num_channels divisible by num_groups (both > 0), got ",
+             "num_groups=", g, ", num_channels=", c);
+  if (affine) {
+    weight = register_parameter("weight", ones({c}));
+    bias = register_parameter("bias", zeros({c}));
+  }
+}
+
+Tensor GroupNorm::forward(const Tensor& x) {
+  AXLE_CHECK(x.defined(), "[GroupNorm] expected a defined input");
+  AXLE_CHECK(x.dim() >= 2 && x.size(1) == num_channels, "[GroupNorm] expected input [N, ", num_channels,
+             ", ...], got shape ", shape_str(x.shape()));
+  // TODO(h-conv): axle::group_norm once it lands; the same composite meanwhile.
+  const int64_t N = x.size(0);
+  Tensor xr = reshape(x, {N, num_groups, x.numel() / std::max<int64_t>(N * num_groups, 1)});
+  Tensor mu = mean(xr, {2}, true);
+  Tensor d = sub(xr, mu);
+  Tensor y = reshape(mul(d, rsqrt(add(mean(mul(d, d), {2}, true), eps))), x.shape());
+  Shape cs(size_t(x.dim()), 1);
+  cs[1] = num_channels;
+  if (weight.defined()) y = mul(y, reshape(weight, cs));
+  if (bias.defined()) y = add(y, reshape(bias, cs));
+  return y;
+}
+
+std::string GroupNorm::extra_repr() const {
+  return std::to_string(num_groups) + ", " + std::to_string(num_channels) + ", eps=" + num_str(eps) +
+         ", affine=" + b2s(affine);
 }
 
 // ---- LayerNorm ----
@@ -195,7 +296,12 @@ static std::string pool_repr(const Pool2dOptions& o) {
 MaxPool2d::MaxPool2d(Int2 k, std::optional<Int2> s, Int2 pad, Int2 dilation, bool ceil_mode)
     : options(make_pool("MaxPool2d", k, s, pad, dilation, ceil_mode, true)) {}
 Tensor MaxPool2d::forward(const Tensor& x) { return max_pool2d(x, options); }
-std::string MaxPool2d::extra_repr() const { return pool_repr(options) + ", dilation=1, ceil_mode=False"; }
+std::string MaxPool2d::extra_repr() const {
+  const auto& d = options.dilation;
+  return pool_repr(options) + ", dilation=" +
+         (d[0] == d[1] ? std::to_string(d[0]) : "(" + std::to_string(d[0]) + ", " + std::to_string(d[1]) + ")") +
+         ", ceil_mode=" + b2s(options.ceil_mode);
+}
 
 AvgPool2d::AvgPool2d(Int2 k, std::optional<Int2> s, Int2 pad, bool ceil_mode, bool cip)
     : options(make_pool("AvgPool2d", k, s, pad, 1, ceil_mode, cip)) {}
@@ -211,6 +317,11 @@ std::string AdaptiveAvgPool2d::extra_repr() const { return "output_size=" + pair
 std::string Flatten::extra_repr() const {
   return "start_dim=" + std::to_string(start_dim) + ", end_dim=" + std::to_string(end_dim);
 }
+
+// ---- activations ----
+std::string Softplus::extra_repr() const { return "beta=" + py_float(beta) + ", threshold=" + py_float(threshold); }
+std::string LeakyReLU::extra_repr() const { return "negative_slope=" + py_float(negative_slope); }
+std::string Hardtanh::extra_repr() const { return "min_val=" + py_float(min_val) + ", max_val=" + py_float(max_val); }
 
 // ---- Embedding ----
 Embedding::Embedding(int64_t num, int64_t dim) : num_embeddings(num), embedding_dim(dim) {
@@ -247,6 +358,60 @@ Tensor Sequential::forward(const Tensor& x) {
   Tensor y = x;
   for (auto& m : modules_) y = (*m)(y);  // (*m): a wrapped child runs through its wrapper
   return y;
+}
+
+}  // namespace axle::nn
+
+namespace axle::nn {
+
+// ---- ModuleList ----
+ModuleList::ModuleList(std::vector<ModulePtr> modules) {
+  for (auto& m : modules) push_back(std::move(m));
+}
+ModuleList::ModuleList(std::initializer_list<ModulePtr> modules) {
+  for (const auto& m : modules) push_back(m);
+}
+void ModuleList::push_back(ModulePtr m) {
+  AXLE_CHECK(m != nullptr, "[ModuleList] expected a module, got null at index ", modules_.size());
+  register_module(std::to_string(modules_.size()), m);
+  modules_.push_back(std::move(m));
+}
+const ModulePtr& ModuleList::operator[](size_t i) const {
+  AXLE_CHECK(i < modules_.size(), "[ModuleList] index ", i, " is out of range for ", modules_.size(), " module(s)");
+  return modules_[i];
+}
+
+// ---- ModuleDict ----
+ModuleDict::ModuleDict(std::vector<std::pair<std::string, ModulePtr>> modules) {
+  for (auto& [k, m] : modules) insert(k, std::move(m));
+}
+void ModuleDict::insert(const std::string& key, ModulePtr m) {
+  AXLE_CHECK(m != nullptr, "[ModuleDict] expected a module for key \"", key, "\", got null");
+  for (auto& [k, v] : items_)
+    if (k == key) {  // replaced in its place, as PyTorch's __setitem__ of an existing key
+      replace_child(*this, key, m);
+      v = std::move(m);
+      return;
+    }
+  register_module(key, m);
+  items_.emplace_back(key, std::move(m));
+}
+bool ModuleDict::contains(const std::string& key) const {
+  for (const auto& [k, v] : items_)
+    if (k == key) return true;
+  return false;
+}
+const ModulePtr& ModuleDict::operator[](const std::string& key) const {
+  for (const auto& [k, v] : items_)
+    if (k == key) return v;
+  std::string names;
+  for (const auto& [k, v] : items_) names += (names.empty() ? "\"" : ", \"") + k + "\"";
+  AXLE_FAIL("[ModuleDict] no module under key \"", key, "\" (keys: ", names.empty() ? "none" : names, ")");
+}
+std::vector<std::string> ModuleDict::keys() const {
+  std::vector<std::string> out;
+  for (const auto& [k, v] : items_) out.push_back(k);
+  return out;
 }
 
 }  // namespace axle::nn

@@ -99,6 +99,8 @@ class BatchNorm : public Module {
   BatchNorm(int64_t num_features, double eps, std::optional<double> momentum, bool affine, bool track_running_stats);
   /// Throws unless x has a rank this variant takes (1d: [N, C] or [N, C, L]; 2d: [N, C, H, W]).
   virtual void check_input(const Tensor& x) const = 0;
+  /// num_batches_tracked (with track_running_stats): a state dict may leave it out, as PyTorch's.
+  std::vector<std::string> optional_state() const override;
 };
 
 /// Batch normalisation over [N, C] or [N, C, L].
@@ -173,6 +175,7 @@ class GELU : public Module {
  public:
   Tensor forward(const Tensor& x) override { return gelu(x); }
   std::string name() const override { return "GELU"; }
+  std::string extra_repr() const override { return "approximate='none'"; }
 };
 
 class Tanh : public Module {
@@ -200,6 +203,7 @@ class Softplus : public Module {
   explicit Softplus(double beta = 1, double threshold = 20) : beta(beta), threshold(threshold) {}
   Tensor forward(const Tensor& x) override { return softplus(x, beta, threshold); }
   std::string name() const override { return "Softplus"; }
+  std::string extra_repr() const override;
   double beta, threshold;
 };
 
@@ -208,6 +212,7 @@ class LeakyReLU : public Module {
   explicit LeakyReLU(double negative_slope = 0.01) : negative_slope(negative_slope) {}
   Tensor forward(const Tensor& x) override { return leaky_relu(x, negative_slope); }
   std::string name() const override { return "LeakyReLU"; }
+  std::string extra_repr() const override;
   double negative_slope;
 };
 
@@ -216,6 +221,7 @@ class Hardtanh : public Module {
   explicit Hardtanh(double min_val = -1, double max_val = 1) : min_val(min_val), max_val(max_val) {}
   Tensor forward(const Tensor& x) override { return hardtanh(x, min_val, max_val); }
   std::string name() const override { return "Hardtanh"; }
+  std::string extra_repr() const override;
   double min_val, max_val;
 };
 
@@ -261,7 +267,7 @@ class AdaptiveAvgPool2d : public Module {
 class Upsample : public Module {
  public:
   explicit Upsample(InterpolateOptions o) : options(std::move(o)) {}
-  Tensor forward(const Tensor& x) override { return interpolate(x, options); }
+  Tensor forward(const Tensor& x) override;
   std::string name() const override { return "Upsample"; }
   std::string extra_repr() const override;
   InterpolateOptions options;
