@@ -17,11 +17,6 @@ namespace axle::nn {
 namespace {
 std::string b2s(bool b) { return b ? "True" : "False"; }
 std::string pair_str(const Int2& p) { return "(" + std::to_string(p.h) + ", " + std::to_string(p.w) + ")"; }
-std::string num_str(double v) {
-  std::ostringstream os;
-  os << v;
-  return os.str();
-}
 // kaiming_uniform_(a=sqrt(5)) on a weight with this fan_in and PyTorch's bias init
 // both reduce to U(-1/sqrt(fan_in), 1/sqrt(fan_in)).
 double fan_in_bound(int64_t fan_in) { return fan_in > 0 ? 1.0 / std::sqrt(double(fan_in)) : 0.0; }
@@ -130,12 +125,13 @@ std::string Conv2d::extra_repr() const {
 }
 
 // ---- BatchNorm ----
-BatchNorm::BatchNorm(int64_t c, double eps, std::optional<double> momentum, bool affine, bool track)
-    : num_features(c), eps(eps), momentum(momentum), affine(affine), track_running_stats(track) {
+BatchNorm::BatchNorm(int64_t c, double eps, std::optional<double> momentum, bool affine, bool track, bool use_bias)
+    : num_features(c), eps(eps), momentum(momentum), affine(affine), track_running_stats(track),
+      use_bias(affine && use_bias) {
   AXLE_CHECK(c > 0, "[BatchNorm] expected num_features > 0, got ", c);
   if (affine) {
     weight = register_parameter("weight", ones({c}));
-    bias = register_parameter("bias", zeros({c}));
+    if (use_bias) bias = register_parameter("bias", zeros({c}));
   }
   if (track) {  // PyTorch registers None buffers otherwise: no state dict entries
     running_mean = register_buffer("running_mean", zeros({c}));
@@ -188,9 +184,9 @@ void BatchNorm1d::check_input(const Tensor& x) const {
 }
 
 std::string BatchNorm::extra_repr() const {
-  return std::to_string(num_features) + ", eps=" + num_str(eps) +
-         ", momentum=" + (momentum ? num_str(*momentum) : std::string("None")) + ", affine=" + b2s(affine) +
-         ", track_running_stats=" + b2s(track_running_stats);
+  return std::to_string(num_features) + ", eps=" + py_float(eps) +
+         ", momentum=" + (momentum ? py_float(*momentum) : std::string("None")) + ", affine=" + b2s(affine) +
+         ", bias=" + b2s(bias.defined()) + ", track_running_stats=" + b2s(track_running_stats);
 }
 
 std::vector<std::string> BatchNorm::optional_state() const {
@@ -201,13 +197,13 @@ std::vector<std::string> BatchNorm::optional_state() const {
 }
 
 // ---- GroupNorm ----
-GroupNorm::GroupNorm(int64_t g, int64_t c, double eps, bool affine)
+GroupNorm::GroupNorm(int64_t g, int64_t c, double eps, bool affine, bool use_bias)
     : num_groups(g), num_channels(c), eps(eps), affine(affine) {
   AXLE_CHECK(g > 0 && c > 0 && c % g == 0, "[GroupNorm] expected num_channels divisible by num_groups (both > 0), got ",
              "num_groups=", g, ", num_channels=", c);
   if (affine) {
     weight = register_parameter("weight", ones({c}));
-    bias = register_parameter("bias", zeros({c}));
+    if (use_bias) bias = register_parameter("bias", zeros({c}));
   }
 }
 
@@ -229,18 +225,19 @@ Tensor GroupNorm::forward(const Tensor& x) {
 }
 
 std::string GroupNorm::extra_repr() const {
-  return std::to_string(num_groups) + ", " + std::to_string(num_channels) + ", eps=" + num_str(eps) +
-         ", affine=" + b2s(affine);
+  return std::to_string(num_groups) + ", " + std::to_string(num_channels) + ", eps=" + py_float(eps) +
+         ", affine=" + b2s(affine) + ", bias=" + b2s(bias.defined());
 }
 
 // ---- LayerNorm ----
-LayerNorm::LayerNorm(Shape shape, double eps, bool affine) : normalized_shape(std::move(shape)), eps(eps) {
+LayerNorm::LayerNorm(Shape shape, double eps, bool affine, bool use_bias)
+    : normalized_shape(std::move(shape)), eps(eps) {
   AXLE_CHECK(!normalized_shape.empty(), "[LayerNorm] expected a non-empty normalized_shape");
   for (int64_t s : normalized_shape)
     AXLE_CHECK(s > 0, "[LayerNorm] expected positive sizes in normalized_shape, got ", shape_str(normalized_shape));
   if (affine) {
     weight = register_parameter("weight", ones(normalized_shape));
-    bias = register_parameter("bias", zeros(normalized_shape));
+    if (use_bias) bias = register_parameter("bias", zeros(normalized_shape));
   }
 }
 
@@ -258,7 +255,8 @@ std::string LayerNorm::extra_repr() const {
   std::string s = "(";
   for (size_t i = 0; i < normalized_shape.size(); ++i) s += (i ? ", " : "") + std::to_string(normalized_shape[i]);
   if (normalized_shape.size() == 1) s += ",";
-  return s + "), eps=" + num_str(eps) + ", elementwise_affine=" + b2s(weight.defined());
+  return s + "), eps=" + py_float(eps) + ", elementwise_affine=" + b2s(weight.defined()) +
+         ", bias=" + b2s(bias.defined());
 }
 
 // ---- Dropout ----
@@ -266,7 +264,7 @@ Dropout::Dropout(double p) : p(p) {
   AXLE_CHECK(p >= 0 && p <= 1, "[Dropout] expected a probability in [0, 1], got ", p);
 }
 Tensor Dropout::forward(const Tensor& x) { return dropout(x, p, is_training()); }
-std::string Dropout::extra_repr() const { return "p=" + num_str(p) + ", inplace=False"; }
+std::string Dropout::extra_repr() const { return "p=" + py_float(p) + ", inplace=False"; }
 
 // ---- pooling ----
 static Pool2dOptions make_pool(const char* op, Int2 k, std::optional<Int2> s, Int2 pad, Int2 dilation, bool ceil_mode,
@@ -379,6 +377,31 @@ void ModuleList::push_back(ModulePtr m) {
 const ModulePtr& ModuleList::operator[](size_t i) const {
   AXLE_CHECK(i < modules_.size(), "[ModuleList] index ", i, " is out of range for ", modules_.size(), " module(s)");
   return modules_[i];
+}
+
+void ModuleList::str_into(std::string& out, int indent) const {
+  if (modules_.empty()) {
+    out += name() + "()";
+    return;
+  }
+  std::vector<std::pair<std::pair<size_t, size_t>, std::string>> runs;  // [first, last] index, repr
+  for (size_t i = 0; i < modules_.size(); ++i) {
+    std::string r = modules_[i]->str();
+    if (!runs.empty() && runs.back().second == r) runs.back().first.second = i;
+    else runs.push_back({{i, i}, std::move(r)});
+  }
+  const std::string pad(size_t(indent + 2), ' ');
+  out += name() + "(";
+  for (const auto& [range, r] : runs) {
+    auto [a, b] = range;
+    std::string line = a == b ? "(" + std::to_string(a) + "): " + r
+                              : "(" + std::to_string(a) + "-" + std::to_string(b) + "): " + std::to_string(b - a + 1) +
+                                    " x " + r;
+    std::string indented;
+    for (char ch : line) indented += ch == '\n' ? "\n" + pad : std::string(1, ch);
+    out += "\n" + pad + indented;
+  }
+  out += "\n" + std::string(size_t(indent), ' ') + ")";
 }
 
 // ---- ModuleDict ----

@@ -111,6 +111,10 @@ class Module : public std::enable_shared_from_this<Module> {
   /// num_batches_tracked, as PyTorch's _BatchNorm._load_from_state_dict); default none.
   virtual std::vector<std::string> optional_state() const { return {}; }
 
+  /// Appends str() of this module, each line after the first indented by `indent` more
+  /// spaces (PyTorch's __repr__; ModuleList overrides it to fold repeated children).
+  virtual void str_into(std::string& out, int indent) const;
+
   bool training_ = true;
 
  private:
@@ -121,7 +125,6 @@ class Module : public std::enable_shared_from_this<Module> {
                        std::vector<std::pair<std::string, Tensor>>& out) const;
   void collect_state(const std::string& prefix, StateDict& out) const;
   void collect_optional(const std::string& prefix, std::vector<std::string>& out) const;
-  void str_into(std::string& out, int indent) const;
   /// Names the xla parameters and buffers for AXLE_DEBUG ("parameter fc1.weight").
   void label_tensors() const;
 
