@@ -385,3 +385,82 @@ TEST(TorchCompatContainers, ModuleListAndModuleDict) {
   EXPECT_EQ(nn::ModuleList().str(), "ModuleList()");
   EXPECT_EQ(nn::ModuleDict().str(), "ModuleDict()");
 }
+
+// ---------------------------------------------------------------- ResNet-style model
+namespace {
+
+// gen_torch_compat.py's BasicBlock and ResNet, module for module (the same attribute names,
+// so the same state dict keys).
+struct BasicBlock : nn::Module {
+  std::shared_ptr<nn::Conv2d> conv1, conv2;
+  std::shared_ptr<nn::BatchNorm2d> bn1, bn2;
+  std::shared_ptr<nn::Sequential> downsample;
+  BasicBlock(int64_t cin, int64_t cout, int64_t stride) {
+    conv1 = register_module("conv1", mk<nn::Conv2d>(cin, cout, 3, nn::Conv2dOptions{.stride = stride, .padding = 1, .bias = false}));
+    bn1 = register_module("bn1", mk<nn::BatchNorm2d>(cout));
+    conv2 = register_module("conv2", mk<nn::Conv2d>(cout, cout, 3, nn::Conv2dOptions{.padding = 1, .bias = false}));
+    bn2 = register_module("bn2", mk<nn::BatchNorm2d>(cout));
+    if (stride != 1 || cin != cout)
+      downsample = register_module(
+          "downsample", mk<nn::Sequential>(std::vector<ModulePtr>{
+                            mk<nn::Conv2d>(cin, cout, 1, nn::Conv2dOptions{.stride = stride, .bias = false}),
+                            mk<nn::BatchNorm2d>(cout)}));
+  }
+  std::string name() const override { return "BasicBlock"; }
+  Tensor forward(const Tensor& x) override {
+    Tensor out = relu((*bn1)((*conv1)(x)));
+    out = (*bn2)((*conv2)(out));
+    return relu(add(out, downsample ? (*downsample)(x) : x));
+  }
+};
+
+struct ResNet : nn::Module {
+  std::shared_ptr<nn::Conv2d> conv1;
+  std::shared_ptr<nn::BatchNorm2d> bn1;
+  std::shared_ptr<nn::Sequential> layer1, layer2, layer3;
+  std::shared_ptr<nn::AdaptiveAvgPool2d> avgpool;
+  std::shared_ptr<nn::Linear> fc;
+  ResNet() {
+    conv1 = register_module("conv1", mk<nn::Conv2d>(3, 8, 3, nn::Conv2dOptions{.padding = 1, .bias = false}));
+    bn1 = register_module("bn1", mk<nn::BatchNorm2d>(8));
+    auto blocks = [](std::vector<ModulePtr> b) { return mk<nn::Sequential>(std::move(b)); };
+    layer1 = register_module("layer1", blocks({mk<BasicBlock>(8, 8, 1), mk<BasicBlock>(8, 8, 1)}));
+    layer2 = register_module("layer2", blocks({mk<BasicBlock>(8, 16, 2), mk<BasicBlock>(16, 16, 1)}));
+    layer3 = register_module("layer3", blocks({mk<BasicBlock>(16, 32, 2)}));
+    avgpool = register_module("avgpool", mk<nn::AdaptiveAvgPool2d>(nn::Int2{1, 1}));
+    fc = register_module("fc", mk<nn::Linear>(32, 10));
+  }
+  std::string name() const override { return "ResNet"; }
+  Tensor forward(const Tensor& x) override {
+    Tensor y = relu((*bn1)((*conv1)(x)));
+    y = (*layer3)((*layer2)((*layer1)(y)));
+    return (*fc)(flatten((*avgpool)(y), 1));
+  }
+};
+
+}  // namespace
+
+TEST(TorchCompatModels, ResNetWithBatchNormLoadsStrictlyAndMatchesPyTorch) {
+  const SafeTensors f = load(kData + "/torch_compat_resnet.safetensors");
+  const auto keys = json::parse(f.metadata.at("keys")).get<std::vector<std::string>>();
+  for (const char* dev : {"cpu", "xla:0"}) {
+    SCOPED_TRACE(dev);
+    const Device d = Device::parse(dev);
+    auto m = nn::to(mk<ResNet>(), d);
+    std::vector<std::string> own;
+    for (const auto& [k, t] : m->state_dict()) own.push_back(k);
+    ASSERT_EQ(own, keys);  // PyTorch's keys in PyTorch's order (num_batches_tracked included)
+    m->load_state_dict(entries(f, "sd/", keys), /*strict=*/true);
+    const Tensor x = f.at("in").to(d);
+    m->eval();
+    {
+      NoGradGuard ng;
+      expect_close((*m)(x), f.at("out_eval"), "eval output");
+    }
+    m->train();
+    Tensor y = (*m)(x);
+    expect_close(y, f.at("out_train"), "train output");
+    for (const auto& [k, t] : m->state_dict()) expect_close(t, f.at("after/" + k), "after the training forward: " + k);
+    EXPECT_EQ(m->bn1->num_batches_tracked.cpu().item(), 101);
+  }
+}
