@@ -12,8 +12,15 @@
 #include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <unistd.h>
 
 #include "axle/axle.h"
+#include "axle/fsdp.h"
+#include "axle/runtime.h"
+#include "axle/xs.h"
+#include "dist/dist_internal.h"
+#include "spmd/device_count.h"
+#include "test_util.h"
 #define TMP_PENDING 1
 
 using namespace axle;
@@ -463,4 +470,154 @@ TEST(TorchCompatModels, ResNetWithBatchNormLoadsStrictlyAndMatchesPyTorch) {
     for (const auto& [k, t] : m->state_dict()) expect_close(t, f.at("after/" + k), "after the training forward: " + k);
     EXPECT_EQ(m->bn1->num_batches_tracked.cpu().item(), 101);
   }
+}
+
+// ---------------------------------------------------------------- the int64 buffer elsewhere
+namespace {
+
+std::shared_ptr<nn::Sequential> bn_net() {
+  manual_seed(3);
+  return mk<nn::Sequential>(std::vector<ModulePtr>{mk<nn::Conv2d>(1, 4, 3, nn::Conv2dOptions{.padding = 1}),
+                                                   mk<nn::BatchNorm2d>(4), mk<nn::ReLU>(), mk<nn::Flatten>(),
+                                                   mk<nn::Linear>(4 * 6 * 6, 3)});
+}
+
+struct BnRun {
+  std::vector<double> losses;
+  std::vector<float> running_mean;
+  int64_t num_batches_tracked = -1;
+  DType nbt_dtype = kFloat32;
+};
+
+/// Two SGD steps of `m` (the module to call; `net` the wrapped one) on fixed batches.
+BnRun train_bn(const ModulePtr& m, const std::shared_ptr<nn::Sequential>& net, Device d) {
+  manual_seed(11);
+  std::vector<Tensor> xs{randn({4, 1, 6, 6}), randn({4, 1, 6, 6})};
+  std::vector<Tensor> ys{from_vector(std::vector<int64_t>{0, 2, 1, 0}, {4}), from_vector(std::vector<int64_t>{1, 1, 2, 0}, {4})};
+  optim::SGD opt(m->parameters(), {.lr = 0.1, .momentum = 0.9});
+  BnRun r;
+  for (size_t s = 0; s < xs.size(); ++s) {
+    auto st = axle::step();
+    opt.zero_grad();
+    Tensor loss = cross_entropy((*m)(xs[s].to(d)), ys[s].to(d));
+    loss.backward();
+    opt.step();
+    r.losses.push_back(loss.item());
+  }
+  auto bn = std::dynamic_pointer_cast<nn::BatchNorm2d>((*net)[1]);
+  r.running_mean = bn->running_mean.cpu().to_vector<float>();
+  r.num_batches_tracked = int64_t(bn->num_batches_tracked.cpu().item());
+  r.nbt_dtype = bn->num_batches_tracked.dtype();
+  return r;
+}
+
+void expect_same_run(const BnRun& got, const BnRun& want, const std::string& what) {
+  ASSERT_EQ(got.losses.size(), want.losses.size()) << what;
+  for (size_t i = 0; i < want.losses.size(); ++i)
+    EXPECT_NEAR(got.losses[i], want.losses[i], 1e-5 * std::abs(want.losses[i])) << what << " step " << i;
+  ASSERT_EQ(got.running_mean.size(), want.running_mean.size()) << what;
+  for (size_t i = 0; i < want.running_mean.size(); ++i)
+    EXPECT_NEAR(got.running_mean[i], want.running_mean[i], 1e-5) << what << " running_mean " << i;
+  EXPECT_EQ(got.num_batches_tracked, 2) << what;
+  EXPECT_EQ(got.nbt_dtype, kInt64) << what;
+}
+
+}  // namespace
+
+TEST(TorchCompatBuffers, BatchNormTrainsUnderFsdpV1AndV2WithItsInt64Buffer) {
+  auto ref_net = bn_net();
+  const BnRun ref = train_bn(ref_net, ref_net, kCPU);
+  EXPECT_EQ(ref.num_batches_tracked, 2);
+  {  // FSDP v1 over a world of one process, on the cpu
+    auto net = bn_net();
+    auto f = std::make_shared<fsdp::FSDP>(net);
+    expect_same_run(train_bn(f, net, kCPU), ref, "FSDP v1");
+    bool listed = false;
+    for (const auto& [k, t] : f->state_dict()) listed |= k.find("num_batches_tracked") != std::string::npos;
+    EXPECT_TRUE(listed) << "the FSDP model's state dict holds the buffer";
+  }
+  {  // FSDP v2 (SPMD) over two virtual devices: the buffer stays replicated
+    setenv("AXLE_CPU_DEVICES", "2", 1);
+    spmd::reset_device_count();
+    runtime::use_spmd();
+    xs::Mesh mesh({0, 1}, {2}, {"fsdp"});
+    auto net = bn_net();
+    auto f = std::make_shared<fsdp::SpmdFullyShardedDataParallel>(net, fsdp::SpmdFullyShardedDataParallelOptions{.mesh = mesh});
+    const BnRun got = train_bn(f, net, device());
+    xs::set_global_mesh(std::nullopt);
+    dist::detail::set_spmd_mode(false);
+    unsetenv("AXLE_CPU_DEVICES");
+    spmd::reset_device_count();
+    expect_same_run(got, ref, "FSDP v2 on 2 devices");
+  }
+}
+
+TEST(TorchCompatBuffers, CheckpointsKeepNumBatchesTrackedAndOldOnesStillLoad) {
+  namespace fs = std::filesystem;
+  const std::string dir = fs::temp_directory_path() / ("axle_torch_compat_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  auto net = bn_net();
+  optim::SGD opt(net->parameters(), {.lr = 0.1});
+  (*net)(randn({2, 1, 6, 6}));
+  (*net)(randn({2, 1, 6, 6}));
+  save_checkpoint(dir + "/ckpt.safetensors", {.model = net.get(), .optimizer = &opt, .step = 2});
+  const SafeTensors raw = load(dir + "/ckpt.safetensors");
+  EXPECT_EQ(raw.at("model.1.num_batches_tracked").dtype(), kInt64);
+  EXPECT_EQ(raw.at("model.1.num_batches_tracked").dim(), 0);
+
+  auto back = bn_net();
+  optim::SGD opt2(back->parameters(), {.lr = 0.1});
+  load_checkpoint(dir + "/ckpt.safetensors", {.model = back.get(), .optimizer = &opt2});
+  auto bn = std::dynamic_pointer_cast<nn::BatchNorm2d>((*back)[1]);
+  EXPECT_EQ(bn->num_batches_tracked.item(), 2);
+  EXPECT_EQ(bn->running_mean.to_vector<float>(),
+            std::dynamic_pointer_cast<nn::BatchNorm2d>((*net)[1])->running_mean.to_vector<float>());
+
+  // A checkpoint written before BatchNorm had the buffer (the same file without it) loads too.
+  nn::StateDict old;
+  for (const auto& [k, t] : raw.tensors)
+    if (k != "model.1.num_batches_tracked") old.emplace_back(k, t);
+  save(old, dir + "/old.safetensors", raw.metadata);
+  auto older = bn_net();
+  optim::SGD opt3(older->parameters(), {.lr = 0.1});
+  EXPECT_NO_THROW(load_checkpoint(dir + "/old.safetensors", {.model = older.get(), .optimizer = &opt3}));
+  EXPECT_EQ(std::dynamic_pointer_cast<nn::BatchNorm2d>((*older)[1])->num_batches_tracked.item(), 0);
+  // ... but not one missing anything else.
+  nn::StateDict broken;
+  for (const auto& [k, t] : old)
+    if (k != "model.1.running_var") broken.emplace_back(k, t);
+  save(broken, dir + "/broken.safetensors", raw.metadata);
+  const std::string e = error_of([&] { load_checkpoint(dir + "/broken.safetensors", {.model = older.get(), .optimizer = &opt3}); });
+  EXPECT_NE(e.find("missing key \"1.running_var\""), std::string::npos) << e;
+  fs::remove_all(dir);
+}
+
+// axle-train --init with a PyTorch-written BatchNorm model: the state dict (num_batches_tracked
+// included) loads strictly, and the first two losses (training mode: batch statistics) are
+// PyTorch's from the same weights on tests/data/tiny_fmnist as one batch of 64.
+TEST(TorchCompatBuffers, AxleTrainInitLoadsAPyTorchBatchNormModelStrictly) {
+  axle::test::TempDir d;
+  const auto golden = json::parse(axle::test::slurp(kData + "/cli_init_bn_golden.json"));
+  const auto expected = golden.at("losses").get<std::vector<double>>();
+  ASSERT_EQ(expected.size(), 2u);
+  const auto r = axle::test::run_train("--model cnn-bn --data '" + kData + "/tiny_fmnist' --batch-size 64 --epochs 2 "
+                                       "--threads 1 --init '" + kData + "/torch_cnn_bn.safetensors' --save '" +
+                                       (d / "ck") + "' --json '" + (d / "r.json") + "'");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto losses = json::parse(axle::test::slurp(d / "r.json")).at("losses").get<std::vector<double>>();
+  ASSERT_EQ(losses.size(), 2u);
+  EXPECT_NEAR(losses[0], expected[0], 1e-5) << "first-step loss";
+  EXPECT_NEAR(losses[1], expected[1], 1e-5) << "loss after one SGD step";
+  // The loaded count went on: 5 from PyTorch, one per training step.
+  const SafeTensors ck = load(d / "ck/checkpoint.safetensors");
+  EXPECT_EQ(ck.at("model.1.num_batches_tracked").item(), golden.at("num_batches_tracked_after").get<double>());
+  EXPECT_EQ(ck.at("model.1.num_batches_tracked").dtype(), kInt64);
+  // A file with a key the model lacks is still refused (strict), naming it.
+  nn::StateDict sd = load(kData + "/torch_cnn_bn.safetensors").tensors;
+  sd.emplace_back("1.running_std", zeros({32}));
+  save(sd, d / "extra.safetensors");
+  const auto bad = axle::test::run_train("--model cnn-bn --data '" + kData + "/tiny_fmnist' --batch-size 64 "
+                                         "--max-steps 1 --threads 1 --init '" + (d / "extra.safetensors") + "'");
+  EXPECT_NE(bad.status, 0);
+  EXPECT_NE((bad.err + bad.out).find("unexpected key(s): \"1.running_std\""), std::string::npos) << bad.err;
 }

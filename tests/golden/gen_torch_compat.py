@@ -16,6 +16,9 @@ Writes (safetensors, by the hand-written writer of gen_torch_safetensors.py):
       a ResNet-style model (BatchNorm, residual blocks, downsampling, adaptive avg pool,
       linear head) initialised by PyTorch: "sd/<key>", an input "in", "out_eval", "out_train"
       and "after/<key>" (the buffers after the training forward). Metadata "keys": the order.
+  tests/data/torch_cnn_bn.safetensors, tests/data/cli_init_bn_golden.json
+      axle-train's "cnn-bn" model as PyTorch initialises it, and the losses of its first two
+      SGD steps on tests/data/tiny_fmnist (test_torch_compat's axle-train --init test).
   tests/data/torch_compat_unet.safetensors
       a small U-Net (conv_transpose2d, interpolate, pad, concatenated skips, GroupNorm and
       BatchNorm): "sd/<key>" the initial weights, "x/<i>", "y/<i>" the batches, and the
@@ -309,7 +312,60 @@ def write_unet():
     print("unet:", sum(p.numel() for p in init.parameters()), "parameters; losses", losses)
 
 
+# ---------------------------------------------------------------- axle-train --init
+def cnn_bn():
+    """axle-train's "cnn-bn" model (tools/axle-train/models.cpp)."""
+    return nn.Sequential(nn.Conv2d(1, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Conv2d(32, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Flatten(), nn.Linear(3136, 128), nn.ReLU(), nn.Linear(128, 10))
+
+
+def write_cli_cnn_bn():
+    """tests/data/torch_cnn_bn.safetensors: PyTorch's initial cnn-bn (running statistics and
+    num_batches_tracked as after some training), and cli_init_bn_golden.json: the losses of
+    the first two SGD steps (lr 0.01, momentum 0.9: axle-train's defaults) on the whole
+    tiny_fmnist training set as one batch (gen_cli_init.py's data, regenerated here)."""
+    import numpy as np
+    import gen_cli_init as cli
+    rng = np.random.RandomState(17)  # gen_cli_init.main's stream: train images, test images, labels
+    train_x = cli.images(rng, cli.N_TRAIN)
+    cli.images(rng, cli.N_TEST)
+    train_y = rng.randint(0, 10, cli.N_TRAIN)
+    torch.manual_seed(1617)
+    model = cnn_bn()
+    with torch.no_grad():
+        for name, t in model.named_buffers():
+            if name.endswith("running_mean"):
+                t.copy_(torch.randn(t.shape) * 0.1)
+            elif name.endswith("running_var"):
+                t.copy_(torch.rand(t.shape) + 0.5)
+            elif name.endswith("num_batches_tracked"):
+                t.fill_(5)
+    write_safetensors(os.path.join(DATA, "torch_cnn_bn.safetensors"), model.state_dict(), {"format": "pt"})
+    x = (torch.from_numpy(train_x.astype(np.float32)).unsqueeze(1) / np.float32(255) - np.float32(cli.MEAN)) / \
+        np.float32(cli.STD)
+    y = torch.from_numpy(train_y.astype(np.int64))
+    model.train()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    losses = []
+    for _ in range(2):
+        opt.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    golden = {"generator": "tests/golden/gen_torch_compat.py", "torch": torch.__version__,
+              "data": "tests/data/tiny_fmnist", "weights": "tests/data/torch_cnn_bn.safetensors",
+              "batch_size": cli.N_TRAIN, "lr": 0.01, "momentum": 0.9, "losses": losses,
+              "num_batches_tracked_after": int(model[1].num_batches_tracked)}
+    with open(os.path.join(DATA, "cli_init_bn_golden.json"), "w") as f:
+        json.dump(golden, f, indent=1)
+        f.write("\n")
+    print("cnn-bn:", losses)
+
+
 if __name__ == "__main__":
     write_modules()
     write_resnet()
     write_unet()
+    write_cli_cnn_bn()
