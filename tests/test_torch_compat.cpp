@@ -621,3 +621,85 @@ TEST(TorchCompatBuffers, AxleTrainInitLoadsAPyTorchBatchNormModelStrictly) {
   EXPECT_NE(bad.status, 0);
   EXPECT_NE((bad.err + bad.out).find("unexpected key(s): \"1.running_std\""), std::string::npos) << bad.err;
 }
+
+#ifndef TMP_PENDING
+// ---------------------------------------------------------------- U-Net-style model
+namespace {
+
+// gen_torch_compat.py's UNet, attribute for attribute.
+ModulePtr conv_block(int64_t cin, int64_t cout, bool group_norm) {
+  auto norm = [&]() -> ModulePtr {
+    if (group_norm) return mk<nn::GroupNorm>(2, cout);
+    return mk<nn::BatchNorm2d>(cout);
+  };
+  return mk<nn::Sequential>(std::vector<ModulePtr>{
+      mk<nn::Conv2d>(cin, cout, 3, nn::Conv2dOptions{.padding = 1}), norm(), mk<nn::ReLU>(),
+      mk<nn::Conv2d>(cout, cout, 3, nn::Conv2dOptions{.padding = 1}), norm(), mk<nn::ReLU>()});
+}
+
+struct UNet : nn::Module {
+  ModulePtr enc1, enc2, bottom, dec2, dec1;
+  std::shared_ptr<nn::ConvTranspose2d> up2;
+  std::shared_ptr<nn::Conv2d> head;
+  UNet() {
+    enc1 = register_module("enc1", conv_block(2, 4, true));
+    enc2 = register_module("enc2", conv_block(4, 8, false));
+    bottom = register_module("bottom", conv_block(8, 8, true));
+    up2 = register_module("up2", mk<nn::ConvTranspose2d>(8, 8, 2, nn::ConvTranspose2dOptions{.stride = 2}));
+    dec2 = register_module("dec2", conv_block(16, 8, false));
+    dec1 = register_module("dec1", conv_block(8 + 4, 4, true));
+    head = register_module("head", mk<nn::Conv2d>(4, 1, 1));
+  }
+  std::string name() const override { return "UNet"; }
+  /// x padded (zeros, split as evenly as PyTorch's U-Net does) to ref's spatial size.
+  static Tensor pad_to(const Tensor& x, const Tensor& ref) {
+    const int64_t dh = ref.size(2) - x.size(2), dw = ref.size(3) - x.size(3);
+    return pad(x, {dw / 2, dw - dw / 2, dh / 2, dh - dh / 2});
+  }
+  Tensor forward(const Tensor& x) override {
+    Pool2dOptions p2;  // kernel 2, stride 2
+    Tensor e1 = (*enc1)(x);
+    Tensor e2 = (*enc2)(max_pool2d(e1, p2));
+    Tensor b = (*bottom)(max_pool2d(e2, p2));
+    Tensor u2 = pad_to((*up2)(b), e2);
+    Tensor d2 = (*dec2)(cat({u2, e2}, 1));
+    Tensor u1 = pad_to(interpolate(d2, {.scale_factor = {2}, .mode = "bilinear"}), e1);
+    Tensor d1 = (*dec1)(cat({u1, e1}, 1));
+    return (*head)(d1);
+  }
+};
+
+}  // namespace
+
+// PyTorch's initial weights and batches, 4 steps of SGD (momentum) and of Adam in training
+// mode (BatchNorm on batch statistics): the losses are PyTorch's within 1e-4 relative.
+TEST(TorchCompatModels, UNetTrainsAsPyTorchOnCpuAndXla) {
+  const SafeTensors f = load(kData + "/torch_compat_unet.safetensors");
+  const auto keys = json::parse(f.metadata.at("keys")).get<std::vector<std::string>>();
+  const json losses = json::parse(f.metadata.at("losses"));
+  for (const char* dev : {"cpu", "xla:0"}) {
+    for (const char* opt_name : {"sgd", "adam"}) {
+      SCOPED_TRACE(std::string(dev) + " " + opt_name);
+      const Device d = Device::parse(dev);
+      auto m = nn::to(mk<UNet>(), d);
+      std::vector<std::string> own;
+      for (const auto& [k, t] : m->state_dict()) own.push_back(k);
+      ASSERT_EQ(own, keys);
+      m->load_state_dict(entries(f, "sd/", keys), /*strict=*/true);
+      m->train();
+      std::unique_ptr<optim::Optimizer> opt;
+      if (std::string(opt_name) == "sgd") opt = std::make_unique<optim::SGD>(m->parameters(), optim::SGDOptions{.lr = 0.05, .momentum = 0.9});
+      else opt = std::make_unique<optim::Adam>(m->parameters(), optim::AdamOptions{.lr = 0.01});
+      const auto want = losses.at(opt_name).get<std::vector<double>>();
+      for (size_t s = 0; s < want.size(); ++s) {
+        auto st = axle::step();
+        opt->zero_grad();
+        Tensor loss = mse_loss((*m)(f.at("x/" + std::to_string(s)).to(d)), f.at("y/" + std::to_string(s)).to(d));
+        loss.backward();
+        opt->step();
+        EXPECT_NEAR(loss.item(), want[s], 1e-4 * std::abs(want[s])) << "step " << s;
+      }
+    }
+  }
+}
+#endif
