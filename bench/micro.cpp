@@ -163,7 +163,7 @@ void BM_MaxPoolBackward(benchmark::State& st) {
   const int64_t C = st.range(0) == 0 ? 32 : 64, H = st.range(0) == 0 ? 28 : 14;
   Tensor x = randn({128, C, H, H});
   if (st.range(1)) x = permute(permute(x, {0, 2, 3, 1}).contiguous(), {0, 3, 1, 2});
-  ops::Attrs a{.ints = {2, 2, 2, 2, 0, 0}, .floats = {}};
+  ops::Attrs a{.ints = {2, 2, 2, 2, 0, 0, 1, 1, 0}, .floats = {}};
   ops::Tensors yw = ops::call(ops::OpKind::MaxPool2d, {x}, a);
   Tensor g = yw[0] * 1.0;  // same layout as y where the elementwise op keeps it
   for (auto _ : st) benchmark::DoNotOptimize(ops::call1(ops::OpKind::MaxPool2dBackward, {g, x, yw[1]}, a));
@@ -175,12 +175,12 @@ BENCHMARK(BM_MaxPoolBackward)->Name("max_pool2d_bwd")->ArgNames({"layer", "nhwc"
 
 // ---- the cnn's first layer backward behind its pooling (1->32 at 28x28, channels-last, 2x2 pool):
 // 0 = max_pool2d_backward, relu_backward, conv2d_backward_weight (eager); 1 = max_pool2d_backward
-// with the relu backward fused by the compiler (ints[6] = 1), then conv2d_backward_weight.
+// with the relu backward fused by the compiler (the relu flag after the 9 window ints), then conv2d_backward_weight.
 void BM_Layer1WeightGrad(benchmark::State& st) {
   NoGradGuard ng;
   Tensor x = randn({128, 1, 28, 28});
   Tensor c = relu(permute(randn({128, 28, 28, 32}), {0, 3, 1, 2}));  // the relu'd conv output, channels-last
-  const ops::Attrs a6{.ints = {2, 2, 2, 2, 0, 0}, .floats = {}}, a7{.ints = {2, 2, 2, 2, 0, 0, 1}, .floats = {}};
+  const ops::Attrs a6{.ints = {2, 2, 2, 2, 0, 0, 1, 1, 0}, .floats = {}}, a7{.ints = {2, 2, 2, 2, 0, 0, 1, 1, 0, 1}, .floats = {}};
   const ops::Attrs cw{.ints = {1, 1, 1, 1, 1, 1, 1, 32, 1, 3, 3, 1}, .floats = {}};
   ops::Tensors yw = ops::call(ops::OpKind::MaxPool2d, {c}, a6);
   Tensor g = yw[0] * 1.0;

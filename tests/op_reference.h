@@ -397,14 +397,55 @@ inline Arr conv2d(const Arr& x, const Arr& w, const Arr* b, const Conv& c) {
     }
   return o;
 }
+/// torch.nn.functional.conv_transpose2d: x [N, C, H, W], w [C, O/groups, kh, kw]; every input
+/// element scatters x * w into the output at (h*s - p + i*d, w*s - p + j*d).
+struct ConvT {
+  int64_t sh = 1, sw = 1, ph = 0, pw = 0, oph = 0, opw = 0, dh = 1, dw = 1, groups = 1;
+};
+inline Arr conv_transpose2d(const Arr& x, const Arr& w, const Arr* b, const ConvT& c) {
+  const int64_t N = x.shape[0], C = x.shape[1], H = x.shape[2], W = x.shape[3];
+  const int64_t Og = w.shape[1], kh = w.shape[2], kw = w.shape[3], O = Og * c.groups, Cg = C / c.groups;
+  if (w.shape[0] != C || Cg * c.groups != C) fail("conv_transpose2d channels");
+  const int64_t OH = (H - 1) * c.sh - 2 * c.ph + c.dh * (kh - 1) + c.oph + 1;
+  const int64_t OW = (W - 1) * c.sw - 2 * c.pw + c.dw * (kw - 1) + c.opw + 1;
+  Arr o = zeros({N, O, OH, OW}, x.dtype);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t oc = 0; oc < O; ++oc)
+      for (int64_t i = 0; i < OH * OW; ++i) o.v[size_t((n * O + oc) * OH * OW + i)] = b ? b->v[size_t(oc)] : 0.0;
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t ic = 0; ic < C; ++ic) {
+      const int64_t g = ic / Cg;
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t ww = 0; ww < W; ++ww) {
+          const double v = at(x, {n, ic, h, ww});
+          for (int64_t oc = 0; oc < Og; ++oc)
+            for (int64_t i = 0; i < kh; ++i)
+              for (int64_t j = 0; j < kw; ++j) {
+                const int64_t oh = h * c.sh - c.ph + i * c.dh, ow = ww * c.sw - c.pw + j * c.dw;
+                if (oh < 0 || oh >= OH || ow < 0 || ow >= OW) continue;
+                o.v[size_t(((n * O + g * Og + oc) * OH + oh) * OW + ow)] += v * at(w, {ic, oc, i, j});
+              }
+        }
+    }
+  return o;
+}
 struct Pool {
   int64_t kh = 2, kw = 2, sh = 2, sw = 2, ph = 0, pw = 0;
   bool count_include_pad = true;
+  int64_t dh = 1, dw = 1;  ///< max only
+  bool ceil_mode = false;
 };
+/// PyTorch's pooling output size: floor or ceil, a last window starting past input + left pad dropped.
+inline int64_t pool_out(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d, bool ceil_mode) {
+  const int64_t span = in + 2 * p - d * (k - 1) - 1;
+  int64_t o = (ceil_mode ? (span + s - 1) / s : span / s) + 1;
+  if (ceil_mode && (o - 1) * s >= in + p) --o;
+  return o;
+}
 /// Max over each window; padding never wins (it is -inf).
 inline Arr max_pool2d(const Arr& x, const Pool& p) {
   const int64_t N = x.shape[0], C = x.shape[1], H = x.shape[2], W = x.shape[3];
-  const int64_t OH = (H + 2 * p.ph - p.kh) / p.sh + 1, OW = (W + 2 * p.pw - p.kw) / p.sw + 1;
+  const int64_t OH = pool_out(H, p.kh, p.sh, p.ph, p.dh, p.ceil_mode), OW = pool_out(W, p.kw, p.sw, p.pw, p.dw, p.ceil_mode);
   Arr o = zeros({N, C, OH, OW}, x.dtype);
   for (int64_t n = 0; n < N; ++n)
     for (int64_t c = 0; c < C; ++c)
@@ -413,32 +454,34 @@ inline Arr max_pool2d(const Arr& x, const Pool& p) {
           double m = -std::numeric_limits<double>::infinity();
           for (int64_t i = 0; i < p.kh; ++i)
             for (int64_t j = 0; j < p.kw; ++j) {
-              int64_t h = oh * p.sh - p.ph + i, w = ow * p.sw - p.pw + j;
+              int64_t h = oh * p.sh - p.ph + i * p.dh, w = ow * p.sw - p.pw + j * p.dw;
               if (h >= 0 && h < H && w >= 0 && w < W) m = std::max(m, at(x, {n, c, h, w}));
             }
           o.v[size_t(((n * C + c) * OH + oh) * OW + ow)] = m;
         }
   return o;
 }
+/// Divisor: the window clipped to the padded input (count_include_pad), else its input elements.
 inline Arr avg_pool2d(const Arr& x, const Pool& p) {
   const int64_t N = x.shape[0], C = x.shape[1], H = x.shape[2], W = x.shape[3];
-  const int64_t OH = (H + 2 * p.ph - p.kh) / p.sh + 1, OW = (W + 2 * p.pw - p.kw) / p.sw + 1;
+  const int64_t OH = pool_out(H, p.kh, p.sh, p.ph, 1, p.ceil_mode), OW = pool_out(W, p.kw, p.sw, p.pw, 1, p.ceil_mode);
   Arr o = zeros({N, C, OH, OW}, x.dtype);
   for (int64_t n = 0; n < N; ++n)
     for (int64_t c = 0; c < C; ++c)
       for (int64_t oh = 0; oh < OH; ++oh)
         for (int64_t ow = 0; ow < OW; ++ow) {
           double s = 0;
-          int64_t cnt = 0;
+          int64_t cnt = 0, padded = 0;
           for (int64_t i = 0; i < p.kh; ++i)
             for (int64_t j = 0; j < p.kw; ++j) {
               int64_t h = oh * p.sh - p.ph + i, w = ow * p.sw - p.pw + j;
+              if (h < H + p.ph && w < W + p.pw) ++padded;
               if (h >= 0 && h < H && w >= 0 && w < W) {
                 s += at(x, {n, c, h, w});
                 ++cnt;
               }
             }
-          o.v[size_t(((n * C + c) * OH + oh) * OW + ow)] = s / double(p.count_include_pad ? p.kh * p.kw : cnt);
+          o.v[size_t(((n * C + c) * OH + oh) * OW + ow)] = s / double(p.count_include_pad ? padded : cnt);
         }
   return o;
 }
@@ -497,6 +540,22 @@ inline Arr layer_norm(const Arr& x, int64_t nd, const Arr* w, const Arr* b, doub
     double m = vmean(v), s = std::sqrt(vvar(v, 0) + eps);
     for (int64_t j = 0; j < inner; ++j)
       y.v[size_t(r * inner + j)] = (v[size_t(j)] - m) / s * (w ? w->v[size_t(j)] : 1.0) + (b ? b->v[size_t(j)] : 0.0);
+  }
+  return y;
+}
+
+/// torch.nn.functional.group_norm: x [N, C, ...] normalised over each (sample, group of C/G
+/// channels, spatial) block with the biased variance, then weight [C] and bias [C].
+inline Arr group_norm(const Arr& x, int64_t G, const Arr* w, const Arr* b, double eps) {
+  const int64_t N = x.shape[0], C = x.shape[1], inner = x.numel() / std::max<int64_t>(N * C, 1), block = C / G * inner;
+  Arr y = zeros(x.shape, x.dtype);
+  for (int64_t r = 0; r < N * G; ++r) {
+    std::vector<double> v(x.v.begin() + r * block, x.v.begin() + (r + 1) * block);
+    double m = vmean(v), s = std::sqrt(vvar(v, 0) + eps);
+    for (int64_t j = 0; j < block; ++j) {
+      const int64_t c = (r % G) * (C / G) + j / inner;
+      y.v[size_t(r * block + j)] = (v[size_t(j)] - m) / s * (w ? w->v[size_t(c)] : 1.0) + (b ? b->v[size_t(c)] : 0.0);
+    }
   }
   return y;
 }

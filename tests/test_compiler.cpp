@@ -599,15 +599,21 @@ TEST(Passes, PoolReluBackwardIsFusedOverlappingNchw) {
 TEST(Passes, PoolReluBackwardIsFusedOneDnnChannelsLast) {
   check_pool_relu_fusion({true, {.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}}});
 }
+// ceil_mode and dilation: axle's own kernel (an overhanging or dilated window), NCHW and channels-last.
+TEST(Passes, PoolReluBackwardIsFusedCeilModeDilation) {
+  check_pool_relu_fusion({false, {.kernel = {3, 2}, .stride = {2, 2}, .padding = {1, 1}, .dilation = {2, 1}, .ceil_mode = true}});
+  check_pool_relu_fusion({true, {.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}, .ceil_mode = true}});
+  check_pool_relu_fusion({true, {.kernel = {3, 3}, .ceil_mode = true}});
+}
 
 TEST(Passes, PoolReluBackwardNotFusedWhenGradientIsUsedElsewhere) {
   // The pooling gradient itself is a graph output: it must stay unmasked.
   manual_seed(6);
   Tensor x = randn({2, 3, 6, 6}).to(device());
   Tensor h = relu(x);
-  ops::Tensors pr = ops::call(ops::OpKind::MaxPool2d, {h}, {.ints = {2, 2, 2, 2, 0, 0}, .floats = {}});
+  ops::Tensors pr = ops::call(ops::OpKind::MaxPool2d, {h}, {.ints = {2, 2, 2, 2, 0, 0, 1, 1, 0}, .floats = {}});
   Tensor g = randn(pr[0].shape()).to(device());
-  Tensor gp = ops::call1(ops::OpKind::MaxPool2dBackward, {g, h, pr[1]}, {.ints = {2, 2, 2, 2, 0, 0}, .floats = {}});
+  Tensor gp = ops::call1(ops::OpKind::MaxPool2dBackward, {g, h, pr[1]}, {.ints = {2, 2, 2, 2, 0, 0, 1, 1, 0}, .floats = {}});
   Tensor gr = ops::call1(ops::OpKind::ReluBackward, {gp, h});
   Program prog = trace({gp, gr});
   PassPipeline pp;
@@ -660,7 +666,7 @@ TEST(Ops, MaxPoolBackwardReadsNchwGradAndOutput) {
   // grad (a flatten's gradient) or y gives the same values as channels-last ones.
   manual_seed(8);
   Tensor x = permute(randn({3, 5, 6, 4}), {0, 3, 1, 2});  // [3, 4, 5, 6], channels-last memory
-  const ops::Attrs a6{.ints = {2, 2, 2, 2, 0, 0}, .floats = {}}, a7{.ints = {2, 2, 2, 2, 0, 0, 1}, .floats = {}};
+  const ops::Attrs a6{.ints = {2, 2, 2, 2, 0, 0, 1, 1, 0}, .floats = {}}, a7{.ints = {2, 2, 2, 2, 0, 0, 1, 1, 0, 1}, .floats = {}};
   ops::Tensors fwd = ops::call(ops::OpKind::MaxPool2d, {x}, a6);
   Tensor y_nchw = fwd[0].contiguous();
   Tensor g = randn(fwd[0].shape());  // NCHW

@@ -382,6 +382,127 @@ TEST_P(ConvModes, ChannelsLastResultsFlowIntoPooling) {
   for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-5);
 }
 
+// ------------------------------------------------------------------ conv_transpose2d
+namespace {
+struct ConvTCfg {
+  int64_t N, C, H, W, O, kh, kw, sh, sw, ph, pw, oph, opw, dh, dw, g;
+  bool bias;
+};
+// Scatter form (every input element adds x * w into its output window), independent of conv2d's
+// gather form: x [N, C, H, W], w [C, O/g, kh, kw].
+std::vector<double> ref_conv_transpose(const ConvTCfg& c, const std::vector<float>& x, const std::vector<float>& w,
+                                       const std::vector<float>& b, int64_t& OH, int64_t& OW) {
+  OH = (c.H - 1) * c.sh - 2 * c.ph + c.dh * (c.kh - 1) + c.oph + 1;
+  OW = (c.W - 1) * c.sw - 2 * c.pw + c.dw * (c.kw - 1) + c.opw + 1;
+  const int64_t cg = c.C / c.g, og = c.O / c.g;
+  std::vector<double> y(size_t(c.N * c.O * OH * OW), 0.0);
+  for (int64_t n = 0; n < c.N; ++n)
+    for (int64_t o = 0; o < c.O; ++o)
+      for (int64_t i = 0; i < OH * OW; ++i) y[size_t((n * c.O + o) * OH * OW + i)] = c.bias ? b[size_t(o)] : 0.0;
+  for (int64_t n = 0; n < c.N; ++n)
+    for (int64_t ci = 0; ci < c.C; ++ci)
+      for (int64_t h = 0; h < c.H; ++h)
+        for (int64_t ww = 0; ww < c.W; ++ww) {
+          const double v = x[size_t(((n * c.C + ci) * c.H + h) * c.W + ww)];
+          for (int64_t oo = 0; oo < og; ++oo)
+            for (int64_t p = 0; p < c.kh; ++p)
+              for (int64_t q = 0; q < c.kw; ++q) {
+                const int64_t i = h * c.sh - c.ph + p * c.dh, j = ww * c.sw - c.pw + q * c.dw;
+                if (i < 0 || i >= OH || j < 0 || j >= OW) continue;
+                const int64_t o = (ci / cg) * og + oo;
+                y[size_t(((n * c.O + o) * OH + i) * OW + j)] += v * w[size_t(((ci * og + oo) * c.kh + p) * c.kw + q)];
+              }
+        }
+  return y;
+}
+ConvTranspose2dFuncOptions convt_opts(const ConvTCfg& c) {
+  return {.stride = {c.sh, c.sw}, .padding = {c.ph, c.pw}, .output_padding = {c.oph, c.opw}, .groups = c.g,
+          .dilation = {c.dh, c.dw}};
+}
+}  // namespace
+
+TEST_P(ConvModes, TransposeMatchesReference) {
+  std::vector<ConvTCfg> cfgs = {
+      {2, 3, 5, 4, 4, 3, 3, 1, 1, 1, 1, 0, 0, 1, 1, 1, true},   // "same" padding
+      {2, 4, 4, 5, 6, 3, 2, 2, 3, 1, 0, 1, 2, 1, 1, 2, false},  // strides, output_padding, groups
+      {1, 2, 4, 4, 3, 3, 3, 2, 1, 0, 1, 2, 0, 3, 2, 1, true},   // output_padding 2 >= stride 2 (< dilation 3)
+      {3, 6, 3, 3, 6, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 6, true},   // depthwise, the U-Net upsampling shape
+      {2, 1, 3, 3, 5, 1, 1, 2, 2, 0, 0, 0, 0, 1, 1, 1, false},  // 1x1, stride 2 (zeros between)
+      {1, 2, 4, 3, 2, 2, 2, 2, 2, 0, 0, 0, 0, 1, 1, 1, true},   // 2x2 stride 2: the common up-convolution
+  };
+  uint32_t seed = 150;
+  for (const auto& c : cfgs) {
+    SCOPED_TRACE(::testing::Message() << "config with seed " << seed);
+    auto xv = rand_vec(size_t(c.N * c.C * c.H * c.W), seed++);
+    auto wv = rand_vec(size_t(c.C * (c.O / c.g) * c.kh * c.kw), seed++);
+    auto bv = rand_vec(size_t(c.O), seed++);
+    int64_t OH, OW;
+    auto want = ref_conv_transpose(c, xv, wv, bv, OH, OW);
+    Tensor x = from_vector(xv, {c.N, c.C, c.H, c.W}), w = from_vector(wv, {c.C, c.O / c.g, c.kh, c.kw});
+    Tensor b = c.bias ? from_vector(bv, {c.O}) : Tensor();
+    Tensor y = conv_transpose2d(x, w, b, convt_opts(c));
+    ASSERT_EQ(y.shape(), (Shape{c.N, c.O, OH, OW}));
+    expect_close(y.to_vector<float>(), want, 1e-4, "conv_transpose2d");
+    Tensor xcl = permute(permute(x, {0, 2, 3, 1}).contiguous(), {0, 3, 1, 2});
+    expect_close(conv_transpose2d(xcl, w, b, convt_opts(c)).to_vector<float>(), want, 1e-4,
+                 "conv_transpose2d channels-last input");
+    Tensor big = from_vector(rand_vec(size_t(c.N * c.C * c.H * 2 * c.W), seed++), {c.N, c.C, c.H, 2 * c.W});
+    Tensor xs = slice(big, 3, 1, 2 * c.W, 2);
+    auto want2 = ref_conv_transpose(c, xs.to_vector<float>(), wv, bv, OH, OW);
+    expect_close(conv_transpose2d(xs, w, b, convt_opts(c)).to_vector<float>(), want2, 1e-4,
+                 "conv_transpose2d sliced input");
+    // The transposed conv is conv2d's adjoint: <conv_transpose2d(x, w), z> = <x, conv2d(z, w)>.
+    Tensor z = rt(y.shape(), seed++);
+    Conv2dFuncOptions co{.stride = {c.sh, c.sw}, .padding = {c.ph, c.pw}, .dilation = {c.dh, c.dw}, .groups = c.g};
+    Tensor cz = conv2d(z, w, {}, co);
+    // conv2d of the output's size may see more rows than x has (output_padding >= stride): crop.
+    cz = slice(slice(cz, 2, 0, c.H), 3, 0, c.W);
+    const double lhs = sum(mul(conv_transpose2d(x, w, {}, convt_opts(c)), z)).item<float>();
+    const double rhs = sum(mul(x, cz)).item<float>();
+    EXPECT_NEAR(lhs, rhs, 1e-4 * (1 + std::abs(rhs)));
+  }
+  // Unbatched input.
+  Tensor x = rt({2, 3, 3}, 170), w = rt({2, 4, 2, 2}, 171);
+  EXPECT_EQ(conv_transpose2d(x, w, {}, {.stride = {2, 2}}).to_vector<float>(),
+            squeeze(conv_transpose2d(unsqueeze(x, 0), w, {}, {.stride = {2, 2}}), 0).to_vector<float>());
+}
+
+TEST_P(ConvModes, TransposeGradients) {
+  auto convt = [](ConvTranspose2dFuncOptions o, bool bias) {
+    return [o, bias](const std::vector<Tensor>& t) { return conv_transpose2d(t[0], t[1], bias ? t[2] : Tensor(), o); };
+  };
+  check_grads(convt({.stride = {2, 2}, .padding = {1, 1}, .output_padding = {1, 1}}, true),
+              {{2, 3, 3, 4}, {3, 2, 3, 3}, {2}}, 181, 0.25f, 2e-3, "conv_transpose stride 2 output_padding bias");
+  check_grads(convt({.stride = {1, 2}, .padding = {0, 1}, .output_padding = {0, 1}, .groups = 2, .dilation = {2, 1}},
+                    false),
+              {{1, 4, 3, 3}, {4, 1, 2, 3}}, 182, 0.25f, 2e-3, "conv_transpose groups dilation");
+  check_grads(convt({.stride = {2, 1}, .padding = {1, 0}, .output_padding = {2, 0}, .dilation = {3, 1}}, true),
+              {{1, 2, 3, 3}, {2, 3, 3, 2}, {3}}, 183, 0.25f, 2e-3, "conv_transpose output_padding past stride");
+}
+
+TEST(ConvTranspose2d, Errors) {
+  auto message = [](const std::function<void()>& f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  std::string m = message([] { conv_transpose2d(zeros({1, 2, 3, 3}), zeros({2, 2, 3, 3}), {}, {.stride = {2, 2}, .output_padding = {2, 2}}); });
+  EXPECT_NE(m.find("[conv_transpose2d] expected output_padding smaller than either stride or dilation, got "
+                   "output_padding (2, 2) with stride (2, 2) and dilation (1, 1)"),
+            std::string::npos)
+      << m;
+  m = message([] { conv_transpose2d(zeros({1, 3, 3, 3}), zeros({2, 2, 3, 3})); });
+  EXPECT_NE(m.find("expected weight of shape [3, out_channels/1, kh, kw]"), std::string::npos) << m;
+  EXPECT_NE(m.find("got [2, 2, 3, 3]"), std::string::npos) << m;
+  m = message([] { conv_transpose2d(zeros({1, 2, 2, 2}), zeros({2, 2, 1, 1}), {}, {.padding = {1, 1}}); });
+  EXPECT_NE(m.find("[conv_transpose2d] expected a positive output size, got 0x0"), std::string::npos) << m;
+  m = message([] { conv_transpose2d(zeros({1, 2, 3, 3}), zeros({2, 2, 3, 3}), zeros({3})); });
+  EXPECT_NE(m.find("expected a float32 bias of shape [2], got [3]"), std::string::npos) << m;
+}
+
 INSTANTIATE_TEST_SUITE_P(Layouts, ConvModes,
                          ::testing::Values(dg::ConvMode::Plain, dg::ConvMode::ChannelsLast, dg::ConvMode::Blocked),
                          [](const auto& info) {
@@ -486,6 +607,85 @@ TEST(Pool, Gradients) {
   for (auto os : std::vector<std::vector<int64_t>>{{5, 3}, {3, 4}})
     check_grads([os](const std::vector<Tensor>& t) { return adaptive_avg_pool2d(t[0], os); }, {s}, 105, 0.25f, 2e-3,
                 "adaptive_avg_pool2d");
+}
+
+// ceil_mode and dilation against plain loops with PyTorch's rules (ops.def), on NCHW, channels-last
+// (oneDNN's kernel where it runs) and sliced inputs.
+TEST(Pool, CeilModeAndDilationMatchReference) {
+  struct P { Shape s; int64_t kh, kw, sh, sw, ph, pw, dh, dw; bool ceil; };
+  std::vector<P> ps = {{{2, 3, 5, 7}, 2, 2, 2, 2, 0, 0, 1, 1, true},   // 2x2 with a partial last window
+                       {{1, 4, 6, 6}, 3, 3, 2, 2, 1, 1, 1, 1, true},   // overhang past the padding
+                       {{1, 4, 7, 7}, 3, 3, 2, 2, 1, 1, 1, 1, true},   // ceil == floor here
+                       {{2, 2, 9, 8}, 3, 2, 1, 2, 1, 1, 2, 3, false},  // dilation
+                       {{2, 3, 8, 9}, 2, 3, 3, 2, 1, 1, 2, 2, true}};  // dilation + ceil
+  uint32_t seed = 190;
+  for (const auto& p : ps) {
+    SCOPED_TRACE(::testing::Message() << "input " << p.s[2] << "x" << p.s[3] << ", kernel " << p.kh << "x" << p.kw);
+    auto out = [&](int64_t in, int64_t k, int64_t s, int64_t pad, int64_t d) {
+      const int64_t span = in + 2 * pad - d * (k - 1) - 1;
+      int64_t o = (p.ceil ? (span + s - 1) / s : span / s) + 1;
+      if (p.ceil && (o - 1) * s >= in + pad) --o;
+      return o;
+    };
+    const int64_t N = p.s[0], C = p.s[1], H = p.s[2], W = p.s[3];
+    auto xv = rand_vec(numel_of(p.s), seed++);
+    for (int pass = 0; pass < 2; ++pass) {  // max (with dilation), then avg (without) both divisors
+      const bool is_max = pass == 0;
+      const int64_t dh = is_max ? p.dh : 1, dw = is_max ? p.dw : 1;
+      const int64_t OH = out(H, p.kh, p.sh, p.ph, dh), OW = out(W, p.kw, p.sw, p.pw, dw);
+      for (bool inc : {true, false}) {
+        if (is_max && !inc) continue;
+        std::vector<double> want;
+        for (int64_t q = 0; q < N * C; ++q)
+          for (int64_t i = 0; i < OH; ++i)
+            for (int64_t j = 0; j < OW; ++j) {
+              double acc = is_max ? -INFINITY : 0.0;
+              int64_t cnt = 0, padded = 0;
+              for (int64_t a = 0; a < p.kh; ++a)
+                for (int64_t b = 0; b < p.kw; ++b) {
+                  const int64_t h = i * p.sh - p.ph + a * dh, w = j * p.sw - p.pw + b * dw;
+                  padded += h < H + p.ph && w < W + p.pw;
+                  if (h < 0 || h >= H || w < 0 || w >= W) continue;
+                  const double v = xv[size_t((q * H + h) * W + w)];
+                  acc = is_max ? std::max(acc, v) : acc + v;
+                  ++cnt;
+                }
+              want.push_back(is_max ? acc : acc / double(inc ? padded : cnt));
+            }
+        Pool2dOptions o{.kernel = {p.kh, p.kw}, .stride = {p.sh, p.sw}, .padding = {p.ph, p.pw},
+                        .dilation = {dh, dw}, .ceil_mode = p.ceil, .count_include_pad = inc};
+        Tensor x = from_vector(xv, p.s);
+        Tensor xcl = permute(permute(x, {0, 2, 3, 1}).contiguous(), {0, 3, 1, 2});
+        std::vector<float> gv(size_t(N * C * H * 2 * W), NAN);  // x's values with NaN gaps between
+        for (size_t i = 0; i < xv.size(); ++i) gv[2 * i] = xv[i];
+        Tensor view = slice(from_vector(gv, {N, C, H, 2 * W}), 3, 0, 2 * W, 2);
+        for (const Tensor& in : {x, xcl, view}) {
+          Tensor y = is_max ? max_pool2d(in, o) : avg_pool2d(in, o);
+          ASSERT_EQ(y.shape(), (Shape{N, C, OH, OW}));
+          expect_close(y.to_vector<float>(), want, 1e-5, is_max ? "max_pool2d" : inc ? "avg_pool2d included" : "avg_pool2d excluded");
+        }
+      }
+    }
+  }
+}
+
+TEST(Pool, CeilModeAndDilationGradients) {
+  auto spread = [](size_t n, uint32_t seed) {
+    std::vector<float> v(n);
+    for (size_t i = 0; i < n; ++i) v[i] = 0.05f * float(i);
+    std::shuffle(v.begin(), v.end(), std::mt19937(seed));
+    return v;
+  };
+  check_grads([](const std::vector<Tensor>& t) {
+    return max_pool2d(t[0], {.kernel = {3, 2}, .stride = {2, 2}, .padding = {1, 1}, .dilation = {2, 2}, .ceil_mode = true});
+  }, {{2, 2, 7, 8}}, 201, 0.01f, 2e-3, "max_pool2d dilation ceil", {spread(224, 5)});
+  check_grads([](const std::vector<Tensor>& t) {  // channels-last: axle's own kernel for the overhang
+    return max_pool2d(permute(t[0], {0, 3, 1, 2}), {.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}, .ceil_mode = true});
+  }, {{2, 6, 6, 3}}, 202, 0.01f, 2e-3, "max_pool2d channels-last ceil", {spread(216, 6)});
+  for (bool inc : {true, false})
+    check_grads([inc](const std::vector<Tensor>& t) {
+      return avg_pool2d(t[0], {.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}, .ceil_mode = true, .count_include_pad = inc});
+    }, {{2, 2, 6, 7}}, 203, 0.25f, 2e-3, "avg_pool2d ceil");
 }
 
 TEST(Pool, Errors) {

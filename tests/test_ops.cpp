@@ -528,6 +528,24 @@ std::vector<OpCase> build_table() {
        AX(conv2d(x[0], x[1], x[2], {.stride = {2, 1}, .padding = {0, 1}, .dilation = {1, 2}})),
        RF(conv2d(a[0], a[1], &a[2], {.sh = 2, .sw = 1, .ph = 0, .pw = 1, .dh = 1, .dw = 2}))});
   row({"conv2d_1x1", {F({2, 4, 3, 3}), F({5, 4, 1, 1})}, AX(conv2d(x[0], x[1])), RF(conv2d(a[0], a[1], nullptr, {}))});
+  // conv_transpose2d: weight [in, out/groups, kh, kw]; output_padding >= stride only when < dilation
+  row({"conv_transpose2d", {F({2, 3, 4, 4}), F({3, 2, 3, 3}), F({2})}, AX(conv_transpose2d(x[0], x[1], x[2])),
+       RF(conv_transpose2d(a[0], a[1], &a[2], {}))});
+  row({"conv_transpose2d_stride_padding_output_padding", {F({1, 2, 3, 4}), F({2, 3, 3, 3})},
+       AX(conv_transpose2d(x[0], x[1], {}, {.stride = {2, 2}, .padding = {1, 1}, .output_padding = {1, 1}})),
+       RF(conv_transpose2d(a[0], a[1], nullptr, {.sh = 2, .sw = 2, .ph = 1, .pw = 1, .oph = 1, .opw = 1}))});
+  row({"conv_transpose2d_groups_dilation", {F({2, 4, 3, 3}), F({4, 3, 2, 2}), F({6})},
+       AX(conv_transpose2d(x[0], x[1], x[2], {.groups = 2, .dilation = {2, 2}})),
+       RF(conv_transpose2d(a[0], a[1], &a[2], {.dh = 2, .dw = 2, .groups = 2}))});
+  row({"conv_transpose2d_output_padding_past_stride", {F({1, 2, 3, 3}), F({2, 2, 3, 3}), F({2})},
+       AX(conv_transpose2d(x[0], x[1], x[2], {.stride = {2, 1}, .output_padding = {2, 0}, .dilation = {3, 1}})),
+       RF(conv_transpose2d(a[0], a[1], &a[2], {.sh = 2, .sw = 1, .oph = 2, .opw = 0, .dh = 3, .dw = 1}))});
+  row({"conv_transpose2d_asymmetric", {F({2, 2, 3, 4}), F({2, 3, 2, 3}), F({3})},
+       AX(conv_transpose2d(x[0], x[1], x[2], {.stride = {1, 2}, .padding = {1, 0}, .output_padding = {0, 1}})),
+       RF(conv_transpose2d(a[0], a[1], &a[2], {.sh = 1, .sw = 2, .ph = 1, .pw = 0, .oph = 0, .opw = 1}))});
+  row({"conv_transpose2d_depthwise", {F({1, 3, 4, 4}), F({3, 1, 3, 3})},
+       AX(conv_transpose2d(x[0], x[1], {}, {.stride = {2, 2}, .padding = {1, 1}, .groups = 3})),
+       RF(conv_transpose2d(a[0], a[1], nullptr, {.sh = 2, .sw = 2, .ph = 1, .pw = 1, .groups = 3}))});
 
   // ---------------------------------------------------------------- pooling
   row({"max_pool2d", {D({2, 2, 4, 6})}, AX(max_pool2d(x[0])), RF(max_pool2d(a[0], {}))});
@@ -539,7 +557,28 @@ std::vector<OpCase> build_table() {
        RF(max_pool2d(a[0], {.kh = 2, .kw = 2, .sh = 1, .sw = 1, .ph = 1, .pw = 1}))});
   row({"max_pool2d_overlap_asymmetric", {D({2, 1, 5, 7})}, AX(max_pool2d(x[0], {.kernel = {3, 2}, .stride = {1, 2}})),
        RF(max_pool2d(a[0], {.kh = 3, .kw = 2, .sh = 1, .sw = 2}))});
+  // ceil_mode (a last window may overhang the padded input, never start past it) and dilation
+  row({"max_pool2d_ceil", {D({1, 2, 5, 7})}, AX(max_pool2d(x[0], {.ceil_mode = true})),
+       RF(max_pool2d(a[0], {.ceil_mode = true}))});
+  row({"max_pool2d_ceil_padding", {D({1, 2, 6, 6})},
+       AX(max_pool2d(x[0], {.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}, .ceil_mode = true})),
+       RF(max_pool2d(a[0], {.kh = 3, .kw = 3, .sh = 2, .sw = 2, .ph = 1, .pw = 1, .ceil_mode = true}))});
+  row({"max_pool2d_dilation", {D({1, 2, 7, 7})},
+       AX(max_pool2d(x[0], {.kernel = {3, 3}, .stride = {1, 1}, .padding = {1, 1}, .dilation = {2, 2}})),
+       RF(max_pool2d(a[0], {.kh = 3, .kw = 3, .sh = 1, .sw = 1, .ph = 1, .pw = 1, .dh = 2, .dw = 2}))});
+  row({"max_pool2d_dilation_ceil_asymmetric", {D({2, 1, 8, 9})},
+       AX(max_pool2d(x[0], {.kernel = {2, 3}, .stride = {2, 2}, .padding = {1, 1}, .dilation = {2, 1}, .ceil_mode = true})),
+       RF(max_pool2d(a[0], {.kh = 2, .kw = 3, .sh = 2, .sw = 2, .ph = 1, .pw = 1, .dh = 2, .dw = 1, .ceil_mode = true}))});
   row({"avg_pool2d", {F({2, 2, 4, 6})}, AX(avg_pool2d(x[0])), RF(avg_pool2d(a[0], {}))});
+  // ceil_mode averages: count_include_pad counts the explicit padding, never the overhang past it
+  row({"avg_pool2d_ceil_pad_included", {F({1, 2, 6, 6})},
+       AX(avg_pool2d(x[0], {.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}, .ceil_mode = true})),
+       RF(avg_pool2d(a[0], {.kh = 3, .kw = 3, .sh = 2, .sw = 2, .ph = 1, .pw = 1, .ceil_mode = true}))});
+  row({"avg_pool2d_ceil_pad_excluded", {F({1, 2, 6, 6})},
+       AX(avg_pool2d(x[0], {.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}, .ceil_mode = true, .count_include_pad = false})),
+       RF(avg_pool2d(a[0], {.kh = 3, .kw = 3, .sh = 2, .sw = 2, .ph = 1, .pw = 1, .count_include_pad = false, .ceil_mode = true}))});
+  row({"avg_pool2d_ceil_no_padding", {F({2, 2, 5, 7})}, AX(avg_pool2d(x[0], {.ceil_mode = true})),
+       RF(avg_pool2d(a[0], {.ceil_mode = true}))});
   row({"avg_pool2d_pad_included", {F({1, 2, 5, 5})}, AX(avg_pool2d(x[0], {.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}})),
        RF(avg_pool2d(a[0], {.kh = 3, .kw = 3, .sh = 2, .sw = 2, .ph = 1, .pw = 1}))});
   row({"avg_pool2d_pad_excluded", {F({1, 2, 5, 5})},
@@ -592,6 +631,12 @@ std::vector<OpCase> build_table() {
   row({"layer_norm_2dims", {F({2, 3, 4}, -2, 2), F({3, 4}, 0.5, 1.5), F({3, 4})}, AX(layer_norm(x[0], {3, 4}, x[1], x[2], 1e-3)),
        RF(ref::layer_norm(a[0], 2, &a[1], &a[2], 1e-3))});
   row({"layer_norm_no_affine", {F({3, 5}, -2, 2)}, AX(layer_norm(x[0], {5})), RF(ref::layer_norm(a[0], 1, nullptr, nullptr, 1e-5))});
+  row({"group_norm", {F({2, 6, 3, 3}, -2, 2), F({6}, 0.5, 1.5), F({6})}, AX(group_norm(x[0], 3, x[1], x[2])),
+       RF(ref::group_norm(a[0], 3, &a[1], &a[2], 1e-5))});
+  row({"group_norm_no_affine_3d", {F({3, 4, 5}, -2, 2)}, AX(group_norm(x[0], 2, {}, {}, 1e-3)),
+       RF(ref::group_norm(a[0], 2, nullptr, nullptr, 1e-3))});
+  row({"group_norm_2d_one_group", {F({4, 6}, -2, 2), F({6}, 0.5, 1.5), F({6})}, AX(group_norm(x[0], 1, x[1], x[2])),
+       RF(ref::group_norm(a[0], 1, &a[1], &a[2], 1e-5))});
 
   // ---------------------------------------------------------------- dropout (deterministic forms; training mode has its own tests)
   row({"dropout_eval", {F({3, 4})}, AX(dropout(x[0], 0.5, false)), RF(a[0])});
@@ -712,6 +757,13 @@ std::vector<OpCase> build_table() {
   row({"slice_big", {F(sq)}, AX(slice(x[0], 1, 1, 256, 2)), RF(slice(a[0], 1, 1, 256, 2))});
   row({"matmul_big", {F({129, 257}), F({257, 131})}, AX(matmul(x[0], x[1])), RF(matmul(a[0], a[1])), true, true, 1e-4});
   row({"max_pool2d_big", {D({2, 8, 64, 65})}, AX(max_pool2d(x[0])), RF(max_pool2d(a[0], {}))});
+  row({"conv_transpose2d_big", {F({4, 16, 24, 24}), F({16, 6, 3, 3}), F({6})},
+       AX(conv_transpose2d(x[0], x[1], x[2], {.stride = {2, 2}, .padding = {1, 1}, .output_padding = {1, 0}})),
+       RF(conv_transpose2d(a[0], a[1], &a[2], {.sh = 2, .sw = 2, .ph = 1, .pw = 1, .oph = 1, .opw = 0})), true, true, 1e-4});
+  row({"avg_pool2d_ceil_big", {F({2, 8, 64, 65})}, AX(avg_pool2d(x[0], {.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}, .ceil_mode = true})),
+       RF(avg_pool2d(a[0], {.kh = 3, .kw = 3, .sh = 2, .sw = 2, .ph = 1, .pw = 1, .ceil_mode = true}))});
+  row({"max_pool2d_dilation_big", {D({2, 8, 64, 65})}, AX(max_pool2d(x[0], {.kernel = {3, 3}, .stride = {2, 2}, .dilation = {2, 2}, .ceil_mode = true})),
+       RF(max_pool2d(a[0], {.kh = 3, .kw = 3, .sh = 2, .sw = 2, .dh = 2, .dw = 2, .ceil_mode = true}))});
   row({"avg_pool2d_big", {F({2, 8, 64, 65})}, AX(avg_pool2d(x[0])), RF(avg_pool2d(a[0], {}))});
   row({"adaptive_avg_pool2d_big", {F({2, 8, 48, 48})}, AX(adaptive_avg_pool2d(x[0], {5, 7})), RF(adaptive_avg_pool2d(a[0], 5, 7))});
   row({"batch_norm_train_big", {F({64, 8, 9, 9}, -2, 2), F({8}, 0.5, 1.5), F({8}), Fng({8}), Fng({8}, 0.5, 2)},
@@ -1290,6 +1342,21 @@ std::vector<ErrCase> error_table() {
       {"max_pool2d_rank", "[max_pool2d]", [] { max_pool2d(zeros({4, 4})); }},
       {"avg_pool2d_kernel_too_large", "[avg_pool2d]", [] { avg_pool2d(zeros({1, 1, 2, 2}), {.kernel = {3, 3}}); }},
       {"adaptive_avg_pool2d_output_size", "[adaptive_avg_pool2d]", [] { adaptive_avg_pool2d(zeros({1, 1, 4, 4}), {2}); }},
+      {"conv_transpose2d_weight_channels", "[conv_transpose2d]", [] { conv_transpose2d(zeros({1, 3, 4, 4}), zeros({2, 3, 3, 3})); }},
+      {"conv_transpose2d_output_padding", "[conv_transpose2d]",
+       [] { conv_transpose2d(zeros({1, 2, 3, 3}), zeros({2, 2, 3, 3}), {}, {.stride = {2, 2}, .output_padding = {2, 0}}); }},
+      {"conv_transpose2d_output_too_small", "[conv_transpose2d]",
+       [] { conv_transpose2d(zeros({1, 2, 3, 3}), zeros({2, 2, 3, 3}), {}, {.padding = {3, 3}}); }},
+      {"conv_transpose2d_groups", "[conv_transpose2d]",
+       [] { conv_transpose2d(zeros({1, 3, 3, 3}), zeros({3, 2, 3, 3}), {}, {.groups = 2}); }},
+      {"conv_transpose2d_bias_size", "[conv_transpose2d]",
+       [] { conv_transpose2d(zeros({1, 2, 3, 3}), zeros({2, 4, 3, 3}), zeros({2})); }},
+      {"max_pool2d_padding_over_half", "[max_pool2d]", [] { max_pool2d(zeros({1, 1, 8, 8}), {.kernel = {3, 3}, .padding = {2, 2}}); }},
+      {"max_pool2d_dilated_too_large", "[max_pool2d]",
+       [] { max_pool2d(zeros({1, 1, 4, 4}), {.kernel = {3, 3}, .stride = {1, 1}, .dilation = {2, 2}}); }},
+      {"avg_pool2d_dilation", "[avg_pool2d]", [] { avg_pool2d(zeros({1, 1, 8, 8}), {.dilation = {2, 2}}); }},
+      {"group_norm_groups", "[group_norm]", [] { group_norm(zeros({2, 6, 3}), 4); }},
+      {"group_norm_weight_size", "[group_norm]", [] { group_norm(zeros({2, 6, 3}), 3, zeros({3})); }},
       {"batch_norm_channels", "[batch_norm]",
        [] { batch_norm(zeros({2, 3, 2, 2}), ones({4}), zeros({4}), zeros({4}), ones({4}), true); }},
       {"layer_norm_shape", "[layer_norm]", [] { layer_norm(zeros({2, 3}), {4}); }},

@@ -331,6 +331,24 @@ TEST(SpmdRulesNn, ConvBatchShardedForwardAndInputGradientAreLocal) {
   }
 }
 
+// conv_transpose2d (its forward is conv2d's input gradient): a batch-sharded input stays local.
+TEST(SpmdRulesNn, ConvTransposeBatchShardedIsLocal) {
+  for (int64_t n : {2, 4}) {
+    auto m = mesh1d(n);
+    Builder b;
+    Ref x = b.input({6, 4, 3, 3}, spec(m, {"data", xs::None, xs::None, xs::None}));
+    Ref w = b.input({4, 2, 3, 3}, repl(m));
+    b.out(b.op(OpKind::ConvTranspose2d, {x, w},
+               ops::attr::ConvTranspose2d{.stride_h = 2, .stride_w = 2, .pad_h = 1, .pad_w = 1, .dilation_h = 1,
+                                          .dilation_w = 1, .groups = 1, .output_padding_h = 1, .output_padding_w = 0}
+                   .pack()));
+    const Partitioned pp = b.partition();
+    EXPECT_EQ(collective_ops(pp), 0) << n << " devices\n" << pp.local.text();
+    EXPECT_EQ(pp.outputs[0].str(), spec(m, {"data", xs::None, xs::None, xs::None}).str());
+    expect_matches(b, pp, {rnd({6, 4, 3, 3}, 11), rnd({4, 2, 3, 3}, 12)}, 1e-5, std::to_string(n) + " devices");
+  }
+}
+
 TEST(SpmdRulesNn, ConvWeightGradientContractsTheBatchOneAllReduceEach) {
   for (int64_t n : {2, 4}) {
     auto m = mesh1d(n);
@@ -368,7 +386,7 @@ TEST(SpmdRulesNn, PoolingKeepsBatchAndChannels) {
   Builder b;
   Ref x = b.input({3, 4, 6, 6}, spec(m, {"data", "model", xs::None, xs::None}));
   Ref g = b.input({3, 4, 3, 3}, spec(m, {"data", "model", xs::None, xs::None}));
-  const ops::Attrs win = ops::attr::MaxPool2d{.kh = 2, .kw = 2, .stride_h = 2, .stride_w = 2}.pack();
+  const ops::Attrs win = ops::attr::MaxPool2d{.kh = 2, .kw = 2, .stride_h = 2, .stride_w = 2, .dilation_h = 1, .dilation_w = 1}.pack();
   Ref mp = b.op(OpKind::MaxPool2d, {x}, win);
   b.out(mp);
   b.out(b.op(OpKind::MaxPool2dBackward, {g, x, Builder::at(mp, 1)}, win));

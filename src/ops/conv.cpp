@@ -40,6 +40,36 @@ ConvGeom conv_geom(const Shape& x, const Shape& w, const Attrs& a, const char* o
   return q;
 }
 
+ConvGeom conv_transpose_geom(const Shape& x, const Shape& w, const Attrs& a, const char* op) {
+  AXLE_CHECK(a.ints.size() == 9, "[", op, "] expected 9 int attributes, got ", a.ints.size());
+  check_conv_attrs(a, 9, op);
+  const attr::ConvTranspose2d t = attr::ConvTranspose2d::of(a);
+  AXLE_CHECK(t.output_padding_h >= 0 && t.output_padding_w >= 0, "[", op,
+             "] expected non-negative output_padding, got ", t.output_padding_h, ", ", t.output_padding_w);
+  AXLE_CHECK((t.output_padding_h < t.stride_h || t.output_padding_h < t.dilation_h) &&
+                 (t.output_padding_w < t.stride_w || t.output_padding_w < t.dilation_w),
+             "[", op, "] expected output_padding smaller than either stride or dilation, got output_padding (",
+             t.output_padding_h, ", ", t.output_padding_w, ") with stride (", t.stride_h, ", ", t.stride_w,
+             ") and dilation (", t.dilation_h, ", ", t.dilation_w, ")");
+  ConvGeom q{};
+  q.N = x[0]; q.O = x[1]; q.OH = x[2]; q.OW = x[3];
+  q.g = t.groups; q.kh = w[2]; q.kw = w[3];
+  q.sh = t.stride_h; q.sw = t.stride_w; q.ph = t.pad_h; q.pw = t.pad_w; q.dh = t.dilation_h; q.dw = t.dilation_w;
+  q.C = w[1] * q.g;
+  AXLE_CHECK(q.O > 0 && w[1] > 0 && q.kh > 0 && q.kw > 0, "[", op,
+             "] expected non-empty channels and kernel, got input ", shape_str(x), " and weight ", shape_str(w));
+  AXLE_CHECK(q.O % q.g == 0, "[", op, "] expected input channels divisible by groups ", q.g, ", got ", q.O);
+  AXLE_CHECK(w[0] == q.O, "[", op, "] expected weight of shape [", q.O, ", out_channels/", q.g,
+             ", kh, kw] for input ", shape_str(x), " (weight's dim 0 = the input's channels), got ", shape_str(w));
+  AXLE_CHECK(q.OH > 0 && q.OW > 0, "[", op, "] expected a non-empty spatial size, got input ", shape_str(x));
+  q.H = (q.OH - 1) * q.sh - 2 * q.ph + q.dh * (q.kh - 1) + t.output_padding_h + 1;
+  q.W = (q.OW - 1) * q.sw - 2 * q.pw + q.dw * (q.kw - 1) + t.output_padding_w + 1;
+  AXLE_CHECK(q.H > 0 && q.W > 0, "[", op, "] expected a positive output size, got ", q.H, "x", q.W, " for input ",
+             shape_str(x), ", weight ", shape_str(w), ", stride (", q.sh, ", ", q.sw, ") and padding (", q.ph, ", ",
+             q.pw, ")");
+  return q;
+}
+
 namespace {
 
 std::vector<Meta> conv_infer(const Tensors& in, const Attrs& a) {
@@ -115,9 +145,47 @@ std::vector<Meta> conv_bwd_weight_infer(const Tensors& in, const Attrs& a) {
   return out;
 }
 
+// ------------------------------------------------------------------ conv_transpose2d
+std::vector<Meta> convt_infer(const Tensors& in, const Attrs& a) {
+  check_defined(in[0], "conv_transpose2d", "input");
+  check_defined(in[1], "conv_transpose2d", "weight");
+  const Tensor &x = in[0], &w = in[1];
+  AXLE_CHECK(x.dim() == 4, "[conv_transpose2d] expected a 4-D input [N, C, H, W], got ", shape_str(x.shape()));
+  AXLE_CHECK(w.dim() == 4, "[conv_transpose2d] expected a 4-D weight [C, O/groups, kh, kw], got ",
+             shape_str(w.shape()));
+  AXLE_CHECK(x.dtype() == kFloat32 && w.dtype() == kFloat32,
+             "[conv_transpose2d] expected float32 input and weight, got ", x.dtype(), " and ", w.dtype());
+  return {{conv_transpose_geom(x.shape(), w.shape(), a, "conv_transpose2d").src(), kFloat32}};
+}
+
+// y = conv2d's input gradient of x, so <y, g> = <x, conv2d(g, w)>: the gradient of x is conv2d
+// of g, that of w conv2d's weight gradient with x as the output gradient and g as the input.
+// Where output_padding >= stride (allowed when it is < dilation) g's last rows reach no window of
+// x: they are cropped, so that conv2d of the rest has x's size.
+Tensors convt_vjp(const VjpArgs& v) {
+  const Tensor &x = v.in[0], &w = v.in[1];
+  const attr::ConvTranspose2d t = attr::ConvTranspose2d::of(v.attrs);
+  const ConvGeom q = conv_transpose_geom(x.shape(), w.shape(), v.attrs, "conv_transpose2d");
+  Tensor g = v.grad[0];
+  const int64_t crop_h = (t.output_padding_h / q.sh) * q.sh, crop_w = (t.output_padding_w / q.sw) * q.sw;
+  if (crop_h > 0) g = slice(g, 2, 0, q.H - crop_h);
+  if (crop_w > 0) g = slice(g, 3, 0, q.W - crop_w);
+  Attrs c{.ints = {q.sh, q.sw, q.ph, q.pw, q.dh, q.dw, q.g}, .floats = {}};
+  Tensors r(2);
+  if (v.needs[0]) r[0] = call1(OpKind::Conv2d, {g, w}, c);
+  if (v.needs[1]) {
+    Attrs b = c;
+    for (int64_t s : w.shape()) b.ints.push_back(s);
+    b.ints.push_back(0);
+    r[1] = call(OpKind::Conv2dBackwardWeight, {x, g}, b)[0];
+  }
+  return r;
+}
+
 }  // namespace
 
 void register_conv_ops() {
+  register_op(OpKind::ConvTranspose2d, {.infer = convt_infer, .vjp = convt_vjp});
   register_op(OpKind::Conv2d, {.infer = conv_infer, .vjp = conv_vjp});
   register_op(OpKind::Conv2dBackwardInput, {.infer = conv_bwd_input_infer});
   register_op(OpKind::Conv2dBackwardWeight, {.infer = conv_bwd_weight_infer});
@@ -135,6 +203,27 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dFun
   ops::check_defined(x, "conv2d", "input");
   if (x.dim() == 3) return squeeze(ops::call1(ops::OpKind::Conv2d, {unsqueeze(x, 0), w, b}, a), 0);  // unbatched
   return ops::call1(ops::OpKind::Conv2d, {x, w, b}, a);
+}
+
+Tensor conv_transpose2d(const Tensor& x, const Tensor& w, const Tensor& b, const ConvTranspose2dFuncOptions& o) {
+  AXLE_CHECK(o.stride.size() == 2 && o.padding.size() == 2 && o.output_padding.size() == 2 && o.dilation.size() == 2,
+             "[conv_transpose2d] expected 2 values each for stride, padding, output_padding and dilation, got ",
+             o.stride.size(), ", ", o.padding.size(), ", ", o.output_padding.size(), ", ", o.dilation.size());
+  ops::check_defined(x, "conv_transpose2d", "input");
+  ops::check_defined(w, "conv_transpose2d", "weight");
+  AXLE_CHECK(x.dim() == 3 || x.dim() == 4, "[conv_transpose2d] expected a 3-D or 4-D input, got ",
+             shape_str(x.shape()));
+  if (x.dim() == 3) return squeeze(conv_transpose2d(unsqueeze(x, 0), w, b, o), 0);  // unbatched
+  ops::Attrs a{.ints = {o.stride[0], o.stride[1], o.padding[0], o.padding[1], o.dilation[0], o.dilation[1], o.groups,
+                        o.output_padding[0], o.output_padding[1]},
+               .floats = {}};
+  Tensor y = ops::call1(ops::OpKind::ConvTranspose2d, {x, w}, a);
+  if (!b.defined()) return y;
+  const int64_t O = y.shape()[1];
+  AXLE_CHECK(b.dim() == 1 && b.shape()[0] == O && b.dtype() == kFloat32,
+             "[conv_transpose2d] expected a float32 bias of shape [", O, "], got ", shape_str(b.shape()), " ",
+             b.dtype());
+  return add(y, reshape(b, {1, O, 1, 1}));
 }
 
 }  // namespace axle

@@ -16,4 +16,10 @@ struct ConvGeom {
 /// Geometry from input [N, C, H, W], weight [O, C/g, kh, kw] shapes and the 7 conv ints.
 ConvGeom conv_geom(const Shape& x, const Shape& w, const Attrs& a, const char* op);
 
+/// conv_transpose2d's geometry, in conv2d's terms (the transposed conv runs as conv2d's input
+/// gradient): its input x [N, C, H, W] is conv2d's output (N, O = C, OH = H, OW = W), its weight
+/// [C, O'/g, kh, kw] is conv2d's weight, its output [N, O', H', W'] is conv2d's input (src()),
+/// H' = (H-1)*sh - 2*ph + dh*(kh-1) + output_padding_h + 1. Attributes: ops.def's 9 ints.
+ConvGeom conv_transpose_geom(const Shape& x, const Shape& w, const Attrs& a, const char* op);
+
 }  // namespace axle::ops

@@ -1,5 +1,5 @@
 // Composite nn functions built from public ops (autograd and lazy tracing come for free):
-// batch_norm, layer_norm, dropout, cross_entropy, mse_loss, embedding, masked_fill, tril, triu.
+// batch_norm, layer_norm, group_norm, dropout, cross_entropy, mse_loss, embedding, masked_fill, tril, triu.
 #include <cmath>
 #include <string>
 
@@ -115,6 +115,34 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
   Tensor y = mul(d, rsqrt(add(var_b, eps)));
   if (weight.defined()) y = mul(y, weight);
   if (bias.defined()) y = add(y, bias);
+  return y;
+}
+
+Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight, const Tensor& bias, double eps) {
+  ops::check_defined(x, "group_norm", "input");
+  AXLE_CHECK(x.dim() >= 2, "[group_norm] expected an input of shape [N, C, ...], got ", shape_str(x.shape()));
+  AXLE_CHECK(is_floating(x.dtype()), "[group_norm] expected a floating input, got ", x.dtype());
+  const int64_t N = x.shape()[0], C = x.shape()[1];
+  AXLE_CHECK(num_groups > 0 && C % num_groups == 0, "[group_norm] expected a num_groups that divides the ", C,
+             " channels of input ", shape_str(x.shape()), ", got ", num_groups);
+  auto check_vec = [&](const Tensor& t, const char* name) {
+    if (!t.defined()) return;
+    AXLE_CHECK(t.shape() == Shape{C}, "[group_norm] expected ", name, " of shape [", C, "], got ",
+               shape_str(t.shape()));
+  };
+  check_vec(weight, "weight");
+  check_vec(bias, "bias");
+  // Each (sample, group) row: its C/G channels and all spatial positions, normalised with the
+  // biased variance, as PyTorch.
+  const int64_t per_group = x.numel() / std::max<int64_t>(N * num_groups, 1);
+  Tensor xg = reshape(x, {N, num_groups, per_group});
+  Tensor mu = mean(xg, {2}, true);
+  Tensor d = sub(xg, mu);
+  Tensor var_b = mean(mul(d, d), {2}, true);
+  Tensor y = reshape(mul(d, rsqrt(add(var_b, eps))), x.shape());
+  const Shape cs = channel_shape(x);
+  if (weight.defined()) y = mul(y, reshape(weight, cs));
+  if (bias.defined()) y = add(y, reshape(bias, cs));
   return y;
 }
 

@@ -10,23 +10,54 @@
 
 namespace axle::ops {
 
+namespace {
+// PyTorch's output size along one dim: floor (or ceil) of the window count, where with ceil
+// a last window starting at or past the input's end plus its left padding is dropped.
+int64_t out_size(int64_t in, int64_t k_ext, int64_t s, int64_t p, bool ceil) {
+  const int64_t span = in + 2 * p - k_ext;
+  if (span < 0) return 0;
+  int64_t o = (span + (ceil ? s - 1 : 0)) / s + 1;
+  if (ceil && (o - 1) * s >= in + p) --o;
+  return o;
+}
+}  // namespace
+
 PoolGeom pool_geom(const Shape& x, const PoolWindow& c, const char* op) {
   AXLE_CHECK(c.kh > 0 && c.kw > 0, "[", op, "] expected a positive kernel size, got ", c.kh, "x", c.kw);
   AXLE_CHECK(c.sh > 0 && c.sw > 0, "[", op, "] expected positive strides, got ", c.sh, ", ", c.sw);
+  AXLE_CHECK(c.dh > 0 && c.dw > 0, "[", op, "] expected positive dilation, got ", c.dh, ", ", c.dw);
   AXLE_CHECK(c.ph >= 0 && c.pw >= 0 && 2 * c.ph <= c.kh && 2 * c.pw <= c.kw, "[", op,
              "] expected padding between 0 and half the kernel size, got ", c.ph, ", ", c.pw, " for kernel ", c.kh,
              "x", c.kw);
+  AXLE_CHECK(x.size() == 4, "[", op, "] expected a 4-D input [N, C, H, W], got ", shape_str(x));
   PoolGeom g{x[0], x[1], x[2], x[3], 0, 0};
-  AXLE_CHECK(g.H + 2 * c.ph >= c.kh && g.W + 2 * c.pw >= c.kw, "[", op, "] input ", shape_str(x), " (padded by ",
-             c.ph, ", ", c.pw, ") is smaller than the kernel ", c.kh, "x", c.kw);
-  g.OH = (g.H + 2 * c.ph - c.kh) / c.sh + 1;
-  g.OW = (g.W + 2 * c.pw - c.kw) / c.sw + 1;
+  AXLE_CHECK(g.H > 0 && g.W > 0, "[", op, "] expected a non-empty spatial size, got input ", shape_str(x));
+  g.OH = out_size(g.H, c.eh(), c.sh, c.ph, c.ceil);
+  g.OW = out_size(g.W, c.ew(), c.sw, c.pw, c.ceil);
+  AXLE_CHECK(g.OH > 0 && g.OW > 0, "[", op, "] input ", shape_str(x), " (padded by ", c.ph, ", ", c.pw,
+             ") is smaller than the ", c.dh > 1 || c.dw > 1 ? "dilated " : "", "kernel ", c.eh(), "x", c.ew());
   return g;
 }
 
 namespace {
 
-PoolWindow window_from(const Attrs& a) { return {a.ints[0], a.ints[1], a.ints[2], a.ints[3], a.ints[4], a.ints[5]}; }
+PoolWindow max_window(const Attrs& a) {
+  const attr::MaxPool2d m = attr::MaxPool2d::of(a);
+  return {m.kh, m.kw, m.stride_h, m.stride_w, m.pad_h, m.pad_w, m.dilation_h, m.dilation_w, m.ceil_mode};
+}
+// max_pool2d_backward's attributes: max_pool2d's and the relu flag.
+PoolWindow max_bwd_window(const Attrs& a) {
+  const attr::MaxPool2dBackward m = attr::MaxPool2dBackward::of(a);
+  return {m.kh, m.kw, m.stride_h, m.stride_w, m.pad_h, m.pad_w, m.dilation_h, m.dilation_w, m.ceil_mode};
+}
+PoolWindow avg_window(const Attrs& a) {
+  const attr::AvgPool2d m = attr::AvgPool2d::of(a);
+  return {m.kh, m.kw, m.stride_h, m.stride_w, m.pad_h, m.pad_w, 1, 1, m.ceil_mode};
+}
+PoolWindow avg_bwd_window(const Attrs& a) {
+  const attr::AvgPool2dBackward m = attr::AvgPool2dBackward::of(a);
+  return {m.kh, m.kw, m.stride_h, m.stride_w, m.pad_h, m.pad_w, 1, 1, m.ceil_mode};
+}
 
 void check_input(const Tensor& x, const char* op) {
   check_defined(x, op, "input");
@@ -37,8 +68,8 @@ void check_input(const Tensor& x, const char* op) {
 // ------------------------------------------------------------------ max
 std::vector<Meta> max_infer(const Tensors& in, const Attrs& a) {
   check_input(in[0], "max_pool2d");
-  AXLE_CHECK(a.ints.size() == 6, "[max_pool2d] expected 6 int attributes, got ", a.ints.size());
-  PoolWindow c = window_from(a);
+  AXLE_CHECK(a.ints.size() == 9, "[max_pool2d] expected 9 int attributes, got ", a.ints.size());
+  PoolWindow c = max_window(a);
   PoolGeom g = pool_geom(in[0].shape(), c, "max_pool2d");
   Shape s{g.N, g.C, g.OH, g.OW};
   return {{s, kFloat32}, {s, ws_dtype(c)}};
@@ -54,7 +85,7 @@ std::vector<Meta> max_bwd_infer(const Tensors& in, const Attrs& a) {
   // The relu field (ops.def: FLAG(relu)) is set when the compiler fused the relu backward that
   // followed (a 4th input: max_pool2d's output y; result: the gradient where x > 0, else 0).
   const bool relu = attr::MaxPool2dBackward::of(a).relu;  // checks the attribute count
-  PoolWindow c = window_from(a);
+  PoolWindow c = max_bwd_window(a);
   PoolGeom g = pool_geom(in[1].shape(), c, "max_pool2d_backward");
   Shape s{g.N, g.C, g.OH, g.OW};
   AXLE_CHECK(in[2].shape() == s && in[2].dtype() == ws_dtype(c), "[max_pool2d_backward] expected a workspace ",
@@ -71,8 +102,8 @@ std::vector<Meta> max_bwd_infer(const Tensors& in, const Attrs& a) {
 // ------------------------------------------------------------------ avg
 std::vector<Meta> avg_infer(const Tensors& in, const Attrs& a) {
   check_input(in[0], "avg_pool2d");
-  AXLE_CHECK(a.ints.size() == 7, "[avg_pool2d] expected 7 int attributes, got ", a.ints.size());
-  PoolGeom g = pool_geom(in[0].shape(), window_from(a), "avg_pool2d");
+  AXLE_CHECK(a.ints.size() == 8, "[avg_pool2d] expected 8 int attributes, got ", a.ints.size());
+  PoolGeom g = pool_geom(in[0].shape(), avg_window(a), "avg_pool2d");
   return {{{g.N, g.C, g.OH, g.OW}, kFloat32}};
 }
 Tensors avg_vjp(const VjpArgs& v) {
@@ -82,10 +113,15 @@ Tensors avg_vjp(const VjpArgs& v) {
 }
 std::vector<Meta> avg_bwd_infer(const Tensors& in, const Attrs& a) {
   check_defined(in[0], "avg_pool2d_backward", "grad");
-  AXLE_CHECK(a.ints.size() == 11, "[avg_pool2d_backward] expected 11 int attributes, got ", a.ints.size());
+  AXLE_CHECK(a.ints.size() == 12, "[avg_pool2d_backward] expected 12 int attributes, got ", a.ints.size());
   AXLE_CHECK(in[0].dim() == 4 && in[0].dtype() == kFloat32, "[avg_pool2d_backward] expected a 4-D float32 grad, got ",
              shape_str(in[0].shape()), " ", in[0].dtype());
-  return {{Shape(a.ints.begin() + 7, a.ints.end()), kFloat32}};
+  const attr::AvgPool2dBackward b = attr::AvgPool2dBackward::of(a);
+  const Shape xs{b.n, b.c, b.h, b.w};
+  PoolGeom g = pool_geom(xs, avg_bwd_window(a), "avg_pool2d_backward");
+  AXLE_CHECK(in[0].shape() == (Shape{g.N, g.C, g.OH, g.OW}), "[avg_pool2d_backward] expected grad of shape ",
+             shape_str({g.N, g.C, g.OH, g.OW}), " for input ", shape_str(xs), ", got ", shape_str(in[0].shape()));
+  return {{xs, kFloat32}};
 }
 
 std::vector<Meta> adaptive_infer(const Tensors& in, const Attrs& a) {
@@ -136,25 +172,34 @@ Tensor batched(const Tensor& x, const char* op, F f) {
   if (x.dim() == 3) return squeeze(f(unsqueeze(x, 0)), 0);
   return f(x);
 }
-std::vector<int64_t> pool_ints(const Pool2dOptions& o, const char* op) {
+// kernel, stride, padding (and dilation) from the options, checked.
+std::vector<int64_t> pool_ints(const Pool2dOptions& o, const char* op, bool with_dilation) {
   std::vector<int64_t> s = o.stride.empty() ? o.kernel : o.stride;
-  AXLE_CHECK(o.kernel.size() == 2 && s.size() == 2 && o.padding.size() == 2, "[", op,
-             "] expected 2 values each for kernel, stride and padding, got ", o.kernel.size(), ", ", s.size(), ", ",
-             o.padding.size());
-  AXLE_CHECK(!o.ceil_mode && o.dilation == std::vector<int64_t>({1, 1}), "[", op,
-             "] ceil_mode and dilation are not implemented yet");
-  return {o.kernel[0], o.kernel[1], s[0], s[1], o.padding[0], o.padding[1]};
+  AXLE_CHECK(o.kernel.size() == 2 && s.size() == 2 && o.padding.size() == 2 && o.dilation.size() == 2, "[", op,
+             "] expected 2 values each for kernel, stride, padding and dilation, got ", o.kernel.size(), ", ", s.size(),
+             ", ", o.padding.size(), ", ", o.dilation.size());
+  std::vector<int64_t> r{o.kernel[0], o.kernel[1], s[0], s[1], o.padding[0], o.padding[1]};
+  if (with_dilation) {
+    r.push_back(o.dilation[0]);
+    r.push_back(o.dilation[1]);
+  } else {
+    AXLE_CHECK(o.dilation == std::vector<int64_t>({1, 1}), "[", op, "] expected no dilation (1, 1), got (",
+               o.dilation[0], ", ", o.dilation[1], "): only max_pool2d dilates its window");
+  }
+  return r;
 }
 }  // namespace
 
 Tensor max_pool2d(const Tensor& x, const Pool2dOptions& o) {
-  auto ints = pool_ints(o, "max_pool2d");
+  auto ints = pool_ints(o, "max_pool2d", true);
+  ints.push_back(o.ceil_mode ? 1 : 0);
   return batched(x, "max_pool2d", [&](const Tensor& t) { return ops::call(ops::OpKind::MaxPool2d, {t}, {.ints = ints, .floats = {}})[0]; });
 }
 
 Tensor avg_pool2d(const Tensor& x, const Pool2dOptions& o) {
-  auto ints = pool_ints(o, "avg_pool2d");
+  auto ints = pool_ints(o, "avg_pool2d", false);
   ints.push_back(o.count_include_pad ? 1 : 0);
+  ints.push_back(o.ceil_mode ? 1 : 0);
   return batched(x, "avg_pool2d", [&](const Tensor& t) { return ops::call1(ops::OpKind::AvgPool2d, {t}, {.ints = ints, .floats = {}}); });
 }
 

@@ -113,6 +113,7 @@ std::vector<std::vector<int>> dim_map(const compiler::PNode& n, const std::vecto
     // ---- Conv: the batch passes (or is contracted, for the weight gradient); the rest replicated
     case OpKind::Conv2d:              // (x, w, b?)
     case OpKind::Conv2dBackwardInput:  // (grad, w)
+    case OpKind::ConvTranspose2d:      // (x, w)
       m[0] = leading(in[0].size(), 1);
       break;
     case OpKind::Conv2dBackwardWeight:  // (grad, x) -> (gw, gb?)

@@ -1,5 +1,5 @@
-// 2-D convolution kernels on oneDNN: forward, backward-data, backward-weights (+ fused bias
-// gradient).
+// 2-D convolution kernels on oneDNN: forward, backward-data (also conv_transpose2d's forward),
+// backward-weights (+ fused bias gradient).
 //
 // Layout (dnnl_glue::conv_mode()): activations are NCHW-shaped axle tensors whose memory is
 // NCHW or channels-last (NHWC strides); weights are always plain [O, C/g, kh, kw] for the user
@@ -162,16 +162,18 @@ struct BwdDataEntry {
   size_t scratch = 0;
 };
 
-Tensors conv_bwd_input_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>& m) {
+// conv2d's input gradient gx [q.src()] of gy [q.dst()] and w; `op` names the cache entry (conv2d's
+// backward and conv_transpose2d share this code, but not their entries: a transposed conv's
+// output_padding makes H' not a function of OH, so its key has both).
+Tensor bwd_data(const Tensor& gy_in, const Tensor& w_in, const Geom& q, const char* op) {
   const dg::ConvMode mode = dg::conv_mode();
-  Tensor gy = dg::describable(in[0]), w = dg::describable(in[1]);
-  Geom q = make_geom(m[0].shape, w.shape(), a, "conv2d_backward_input");
+  Tensor gy = dg::describable(gy_in), w = dg::describable(w_in);
   Tensor gx = dg::empty_4d(q.src(), out_layout(mode));
-  if (gx.numel() == 0) return {gx};
+  if (gx.numel() == 0) return gx;
   memory::desc ugy = user_act(gy, out_layout(mode)), uw = user_wei(w, q);
   memory::desc ugx = dg::strided_desc(gx.shape(), gx.strides(), kFloat32);
-  dg::Key key = conv_key("conv_bwd_data", q, mode);
-  key << act_strides(ugy) << act_strides(uw);
+  dg::Key key = conv_key(op, q, mode);
+  key << q.OH << q.OW << act_strides(ugy) << act_strides(uw);
   auto e = dg::cached<BwdDataEntry>(key, [&] {
     auto e = std::make_shared<BwdDataEntry>();
     memory::desc sd = inner_act(q.src(), mode), dd = inner_act(q.dst(), mode), wd = any_wei(q);
@@ -191,7 +193,38 @@ Tensors conv_bwd_input_cpu(const Tensors& in, const Attrs& a, const std::vector<
   ex.arg(DNNL_ARG_WEIGHTS, ex.input(e->wei, w));
   ex.arg(DNNL_ARG_DIFF_SRC, ex.output(e->diff_src, gx));
   ex.run(e->prim, e->scratch);
-  return {gx};
+  return gx;
+}
+
+Tensors conv_bwd_input_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>& m) {
+  return {bwd_data(in[0], in[1], make_geom(m[0].shape, in[1].shape(), a, "conv2d_backward_input"), "conv_bwd_data")};
+}
+
+// conv_transpose2d: conv2d's backward-data with x as the output gradient (ops/conv.h). oneDNN
+// takes a right padding above -stride only (here pad - output_padding): where output_padding >=
+// stride (allowed when < dilation) the primitive computes all but the last multiple-of-stride
+// rows (columns), which no input element reaches, and those are zeros.
+Tensors conv_transpose_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>&) {
+  const Geom q{conv_transpose_geom(in[0].shape(), in[1].shape(), a, "conv_transpose2d")};
+  const ops::attr::ConvTranspose2d t = ops::attr::ConvTranspose2d::of(a);
+  const int64_t crop_h = (t.output_padding_h / q.sh) * q.sh, crop_w = (t.output_padding_w / q.sw) * q.sw;
+  if (crop_h == 0 && crop_w == 0) return {bwd_data(in[0], in[1], q, "conv_transpose")};
+  Geom qc = q;
+  qc.H -= crop_h;
+  qc.W -= crop_w;
+  Tensor part = bwd_data(in[0], in[1], qc, "conv_transpose");
+  Tensor y = dg::empty_4d(q.src(), out_layout(dg::conv_mode()));
+  float* yd = y.data<float>();
+  std::fill(yd, yd + y.numel(), 0.0f);
+  if (part.numel() == 0) return {y};
+  const float* pd = part.data<float>();
+  const Shape &ys = y.strides(), &ps = part.strides();
+  for (int64_t n = 0; n < qc.N; ++n)
+    for (int64_t c = 0; c < qc.C; ++c)
+      for (int64_t h = 0; h < qc.H; ++h)
+        for (int64_t w = 0; w < qc.W; ++w)
+          yd[n * ys[0] + c * ys[1] + h * ys[2] + w * ys[3]] = pd[n * ps[0] + c * ps[1] + h * ps[2] + w * ps[3]];
+  return {y};
 }
 
 // ------------------------------------------------------------------ backward weights (+ bias)
@@ -250,6 +283,7 @@ void register_cpu_conv_kernels() {
   auto reg = [](OpKind k, ops::KernelFn f) { ops::register_kernel(DeviceType::CPU, k, f); };
   reg(OpKind::Conv2d, conv_cpu);
   reg(OpKind::Conv2dBackwardInput, conv_bwd_input_cpu);
+  reg(OpKind::ConvTranspose2d, conv_transpose_cpu);
   reg(OpKind::Conv2dBackwardWeight, conv_bwd_weight_cpu);
 }
 

@@ -3,10 +3,11 @@
 // channels-last results, so no reorder sits between a channels-last convolution and its pooling.
 // Max pooling: 2x2/stride-2 on channels-last runs axle's own kernel (vectorised over channels,
 // ~15-22 GB/s: cnn pools fwd+bwd 2.8 ms per step vs PyTorch 1.13's ~17 ms); other channels-last
-// windows run oneDNN; NCHW (and odd strides) run axle's own NCHW kernel (oneDNN's NCHW kernel is
-// slow here). All share the workspace encoding: uint8 (int32 if kh*kw >= 256) index inside the
-// window, in y's layout. Avg pooling runs oneDNN; adaptive avg runs oneDNN when the output
-// divides the input, else a small kernel of its own.
+// windows run oneDNN; NCHW (and odd strides, dilated windows, ceil_mode windows past the padded
+// input) run axle's own NCHW kernel (oneDNN's NCHW kernel is slow here). All share the workspace
+// encoding: uint8 (int32 if kh*kw >= 256) index inside the window, in y's layout. Avg pooling runs
+// oneDNN, except where a ceil_mode window overhangs the padded input (axle's own kernel: PyTorch's
+// divisor); adaptive avg runs oneDNN when the output divides the input, else a small kernel of its own.
 #include <algorithm>
 #include <cmath>
 
@@ -31,7 +32,28 @@ struct PoolCfg : PoolWindow {
 };
 
 memory::dims pad_r(const PoolGeom& g, const PoolCfg& c) {
-  return {(g.OH - 1) * c.sh + c.kh - g.H - c.ph, (g.OW - 1) * c.sw + c.kw - g.W - c.pw};
+  return {pad_right(g.H, g.OH, c.sh, c.eh(), c.ph), pad_right(g.W, g.OW, c.sw, c.ew(), c.pw)};
+}
+
+// Whether a ceil_mode window reaches past the padded input (right or bottom): oneDNN would count
+// that overhang in an include-padding average, PyTorch does not (and oneDNN's kernels are not
+// asked about such windows at all: axle's own kernels run them).
+bool overhangs(const PoolGeom& g, const PoolCfg& c) {
+  const memory::dims r = pad_r(g, c);
+  return r[0] > c.ph || r[1] > c.pw;
+}
+
+// Every window lies inside the input (no padding, no overhang, no dilation): the 2x2 fast paths.
+bool full_windows(const PoolGeom& g, const PoolCfg& c) {
+  return c.ph == 0 && c.pw == 0 && c.dh == 1 && c.dw == 1 && (g.OH - 1) * c.sh + c.kh <= g.H &&
+         (g.OW - 1) * c.sw + c.kw <= g.W;
+}
+
+// The first and one-past-last kernel offsets a of a window starting at h0 whose rows h0 + a*d
+// lie in [0, H) (a0 >= a1: none does).
+inline void valid_range(int64_t h0, int64_t d, int64_t k, int64_t H, int64_t& a0, int64_t& a1) {
+  a0 = h0 >= 0 ? 0 : (-h0 + d - 1) / d;
+  a1 = std::min<int64_t>(k, (H - h0 + d - 1) / d);
 }
 
 // The layout pooling computes in: the input's own when it is dense, else the conv mode's.
@@ -64,7 +86,8 @@ dnnl::pooling_forward::primitive_desc pool_fwd_pd(const PoolGeom& g, const PoolC
 
 dg::Key pool_key(const char* op, const PoolGeom& g, const PoolCfg& c, dg::Layout l) {
   dg::Key k(op);
-  k << g.N << g.C << g.H << g.W << c.kh << c.kw << c.sh << c.sw << c.ph << c.pw << int64_t(c.alg) << int64_t(l);
+  k << g.N << g.C << g.H << g.W << c.kh << c.kw << c.sh << c.sw << c.ph << c.pw << g.OH << g.OW << int64_t(c.alg)
+    << int64_t(l);
   return k;
 }
 
@@ -77,13 +100,16 @@ struct FwdEntry {
 
 // ---- axle's own max pooling for NCHW results (oneDNN's NCHW pooling kernel is slow here; its
 // NHWC one is good). The workspace holds each output's argmax as its index inside the window
-// (a * kw + b), the encoding oneDNN uses too. Reads any input strides; writes NCHW.
+// (a * kw + b), the encoding oneDNN uses too; with dilation the element at (h0 + a*dh, w0 + b*dw).
+// Ties: the first maximum in row-major window order (strict >), a NaN wins: PyTorch's CPU rule; a
+// window of -inf (or one with no input element at all) keeps its first input element.
+// Reads any input strides; writes NCHW.
 template <class I>
 void max_fwd_own(const Tensor& x, const PoolCfg& c, const PoolGeom& g, float* y, I* ws) {
   const float* base = x.data<float>();
   const int64_t sN = x.strides()[0], sC = x.strides()[1], sH = x.strides()[2], sW = x.strides()[3];
   const int64_t planes = g.N * g.C, OH = g.OH, OW = g.OW;
-  const bool fast = c.kh == 2 && c.kw == 2 && c.sh == 2 && c.sw == 2 && c.ph == 0 && c.pw == 0 && sW == 1;
+  const bool fast = c.kh == 2 && c.kw == 2 && c.sh == 2 && c.sw == 2 && full_windows(g, c) && sW == 1;
 #pragma omp parallel for schedule(static) if (planes * OH * OW >= cpu::kParallelGrain / 4)
   for (int64_t p = 0; p < planes; ++p) {
     const float* xp = base + (p / g.C) * sN + (p % g.C) * sC;
@@ -124,15 +150,19 @@ void max_fwd_own(const Tensor& x, const PoolCfg& c, const PoolGeom& g, float* y,
     }
     for (int64_t i = 0; i < OH; ++i) {
       const int64_t h0 = i * c.sh - c.ph;
-      const int64_t a0 = std::max<int64_t>(0, -h0), a1 = std::min<int64_t>(c.kh, g.H - h0);
+      int64_t a0, a1;
+      valid_range(h0, c.dh, c.kh, g.H, a0, a1);
       for (int64_t j = 0; j < OW; ++j) {
         const int64_t w0 = j * c.sw - c.pw;
-        const int64_t b0 = std::max<int64_t>(0, -w0), b1 = std::min<int64_t>(c.kw, g.W - w0);
+        int64_t b0, b1;
+        valid_range(w0, c.dw, c.kw, g.W, b0, b1);
         float m = -INFINITY;
-        I k = I(a0 * c.kw + b0);
+        // No input element in the window (possible with dilation): -inf, and index 0, an element
+        // outside the input, which the backward skips.
+        I k = a0 < a1 && b0 < b1 ? I(a0 * c.kw + b0) : I(0);
         for (int64_t a = a0; a < a1; ++a)
           for (int64_t b = b0; b < b1; ++b) {
-            const float v = xp[(h0 + a) * sH + (w0 + b) * sW];
+            const float v = xp[(h0 + a * c.dh) * sH + (w0 + b * c.dw) * sW];
             const bool t = (v > m) | (v != v);
             k = t ? I(a * c.kw + b) : k;
             m = t ? v : m;
@@ -150,7 +180,7 @@ template <class I>
 void max_bwd_own(const float* gy, const I* ws, const PoolCfg& c, const PoolGeom& g, float* gx,
                  const float* ym = nullptr) {
   const int64_t planes = g.N * g.C, OH = g.OH, OW = g.OW, H = g.H, W = g.W;
-  const bool fast = c.kh == 2 && c.kw == 2 && c.sh == 2 && c.sw == 2 && c.ph == 0 && c.pw == 0;
+  const bool fast = c.kh == 2 && c.kw == 2 && c.sh == 2 && c.sw == 2 && full_windows(g, c);
 #pragma omp parallel for schedule(static) if (planes * H * W >= cpu::kParallelGrain / 4)
   for (int64_t p = 0; p < planes; ++p) {
     float* xp = gx + p * H * W;
@@ -193,7 +223,8 @@ void max_bwd_own(const float* gy, const I* ws, const PoolCfg& c, const PoolGeom&
     for (int64_t i = 0; i < OH; ++i)
       for (int64_t j = 0; j < OW; ++j) {
         const int64_t k = int64_t(wp[i * OW + j]);
-        const int64_t h = i * c.sh - c.ph + k / c.kw, w = j * c.sw - c.pw + k % c.kw;
+        const int64_t h = i * c.sh - c.ph + (k / c.kw) * c.dh, w = j * c.sw - c.pw + (k % c.kw) * c.dw;
+        if (h < 0 || h >= H || w < 0 || w >= W) continue;  // a window without input elements
         if (!mp || mp[i * OW + j] > 0.0f) xp[h * W + w] += gp[i * OW + j];
       }
   }
@@ -202,7 +233,9 @@ void max_bwd_own(const float* gy, const I* ws, const PoolCfg& c, const PoolGeom&
 // ---- 2x2 / stride 2 max pooling on channels-last tensors: every window is four contiguous
 // C-vectors, so the loops run over channels at memory speed (oneDNN's kernel is ~2x slower here).
 // Same workspace encoding and layout (NHWC) as oneDNN's, so either backward can consume it.
-bool is_2x2(const PoolCfg& c) { return c.kh == 2 && c.kw == 2 && c.sh == 2 && c.sw == 2 && c.ph == 0 && c.pw == 0; }
+bool is_2x2(const PoolCfg& c, const PoolGeom& g) {
+  return c.kh == 2 && c.kw == 2 && c.sh == 2 && c.sw == 2 && full_windows(g, c);
+}
 
 template <class I>
 void max_fwd_nhwc_2x2(const float* x, const PoolGeom& g, float* y, I* ws) {
@@ -281,9 +314,70 @@ void max_bwd_nhwc_2x2(const float* gy, const I* ws, const PoolGeom& g, float* gx
   }
 }
 
-// oneDNN runs max pooling only on channels-last inputs whose workspace cannot be mistaken for NCHW.
-bool max_on_dnnl(const Tensor& x, const PoolGeom& g) {
-  return !dg::is_dense(x, dg::Layout::NCHW) && dg::is_dense(x, dg::Layout::NHWC) && g.C > 1 && g.OH * g.OW > 1;
+// ---- axle's own average pooling, for windows a ceil_mode overhang makes partial: PyTorch's
+// divisor (ops.def) counts the explicit padding (count_include_pad) but never the overhang past
+// it, which oneDNN's include-padding average would count. Reads any strides; writes NCHW.
+inline int64_t avg_divisor(const PoolCfg& c, const PoolGeom& g, int64_t h0, int64_t w0) {
+  const bool include = c.alg == dnnl::algorithm::pooling_avg_include_padding;
+  const int64_t hi = include ? g.H + c.ph : g.H, wi = include ? g.W + c.pw : g.W;
+  const int64_t lo_h = include ? -c.ph : 0, lo_w = include ? -c.pw : 0;
+  const int64_t nh = std::min(h0 + c.kh, hi) - std::max(h0, lo_h), nw = std::min(w0 + c.kw, wi) - std::max(w0, lo_w);
+  return std::max<int64_t>(nh, 0) * std::max<int64_t>(nw, 0);
+}
+
+Tensor avg_fwd_own(const Tensor& x, const PoolCfg& c, const PoolGeom& g) {
+  Tensor y = make_tensor({g.N, g.C, g.OH, g.OW}, kFloat32);
+  if (y.numel() == 0) return y;
+  const float* base = x.data<float>();
+  const int64_t sN = x.strides()[0], sC = x.strides()[1], sH = x.strides()[2], sW = x.strides()[3];
+  const int64_t planes = g.N * g.C, OH = g.OH, OW = g.OW;
+  float* yd = y.data<float>();
+#pragma omp parallel for schedule(static) if (planes * OH * OW * c.kh * c.kw >= cpu::kParallelGrain)
+  for (int64_t p = 0; p < planes; ++p) {
+    const float* xp = base + (p / g.C) * sN + (p % g.C) * sC;
+    for (int64_t i = 0; i < OH; ++i) {
+      const int64_t h0 = i * c.sh - c.ph, h_lo = std::max<int64_t>(h0, 0), h_hi = std::min(h0 + c.kh, g.H);
+      for (int64_t j = 0; j < OW; ++j) {
+        const int64_t w0 = j * c.sw - c.pw, w_lo = std::max<int64_t>(w0, 0), w_hi = std::min(w0 + c.kw, g.W);
+        float acc = 0.0f;
+        for (int64_t h = h_lo; h < h_hi; ++h)
+          for (int64_t w = w_lo; w < w_hi; ++w) acc += xp[h * sH + w * sW];
+        yd[(p * OH + i) * OW + j] = acc / float(avg_divisor(c, g, h0, w0));
+      }
+    }
+  }
+  return y;
+}
+
+Tensor avg_bwd_own(const Tensor& gy_in, const PoolCfg& c, const PoolGeom& g) {
+  Tensor gx = make_tensor({g.N, g.C, g.H, g.W}, kFloat32);
+  if (gx.numel() == 0) return gx;
+  Tensor gy = cpu::contiguous_as(gy_in, kFloat32);
+  const float* gp = gy.data<float>();
+  float* xd = gx.data<float>();
+  const int64_t planes = g.N * g.C, OH = g.OH, OW = g.OW, H = g.H, W = g.W;
+#pragma omp parallel for schedule(static) if (planes * OH * OW * c.kh * c.kw >= cpu::kParallelGrain)
+  for (int64_t p = 0; p < planes; ++p) {
+    float* xp = xd + p * H * W;
+    std::fill(xp, xp + H * W, 0.0f);
+    for (int64_t i = 0; i < OH; ++i) {
+      const int64_t h0 = i * c.sh - c.ph, h_lo = std::max<int64_t>(h0, 0), h_hi = std::min(h0 + c.kh, H);
+      for (int64_t j = 0; j < OW; ++j) {
+        const int64_t w0 = j * c.sw - c.pw, w_lo = std::max<int64_t>(w0, 0), w_hi = std::min(w0 + c.kw, W);
+        const float v = gp[(p * OH + i) * OW + j] / float(avg_divisor(c, g, h0, w0));
+        for (int64_t h = h_lo; h < h_hi; ++h)
+          for (int64_t w = w_lo; w < w_hi; ++w) xp[h * W + w] += v;
+      }
+    }
+  }
+  return gx;
+}
+
+// oneDNN runs max pooling only on channels-last inputs whose workspace cannot be mistaken for NCHW,
+// without dilation or a ceil_mode overhang (axle's own kernel runs those).
+bool max_on_dnnl(const Tensor& x, const PoolGeom& g, const PoolCfg& c) {
+  return !dg::is_dense(x, dg::Layout::NCHW) && dg::is_dense(x, dg::Layout::NHWC) && g.C > 1 && g.OH * g.OW > 1 &&
+         c.dh == 1 && c.dw == 1 && !overhangs(g, c);
 }
 
 // y (and the max-pooling workspace) in x's layout.
@@ -292,7 +386,8 @@ Tensors pool_forward(const Tensor& x_in, const PoolCfg& c, const char* op) {
   PoolGeom g = pool_geom(x.shape(), c, op);
   const dg::Layout l = act_layout(x);
   const bool is_max = c.alg == dnnl::algorithm::pooling_max;
-  if (is_max && !max_on_dnnl(x, g)) {
+  if (!is_max && overhangs(g, c)) return {avg_fwd_own(x, c, g)};
+  if (is_max && !max_on_dnnl(x, g, c)) {
     Tensor y = make_tensor({g.N, g.C, g.OH, g.OW}, kFloat32);
     Tensor ws = make_tensor(y.shape(), ws_dtype(c));
     if (y.numel() == 0) return {y, ws};
@@ -304,7 +399,7 @@ Tensors pool_forward(const Tensor& x_in, const PoolCfg& c, const char* op) {
   }
   Tensor y = dg::empty_4d({g.N, g.C, g.OH, g.OW}, l);
   Tensor ws = is_max ? dg::empty_4d(y.shape(), l, ws_dtype(c)) : Tensor();
-  if (is_max && is_2x2(c) && l == dg::Layout::NHWC && dg::is_dense(x, l)) {
+  if (is_max && is_2x2(c, g) && l == dg::Layout::NHWC && dg::is_dense(x, l)) {
     if (y.numel() > 0) max_fwd_nhwc_2x2(x.data<float>(), g, y.data<float>(), ws.data<uint8_t>());
     return {y, ws};
   }
@@ -354,6 +449,7 @@ Tensor pool_backward(const Tensor& gy_in, const Tensor& ws, const Shape& xs, con
   AXLE_CHECK(gy.shape() == (Shape{g.N, g.C, g.OH, g.OW}), "[", op, "] expected grad of shape ",
              shape_str({g.N, g.C, g.OH, g.OW}), ", got ", shape_str(gy.shape()));
   const bool is_max = c.alg == dnnl::algorithm::pooling_max;
+  if (!is_max && overhangs(g, c)) return avg_bwd_own(gy, c, g);
   if (is_max && dg::is_dense(ws, dg::Layout::NCHW)) {  // made by max_fwd_own
     Tensor gx = make_tensor(xs, kFloat32);
     if (gx.numel() == 0) return gx;
@@ -369,7 +465,7 @@ Tensor pool_backward(const Tensor& gy_in, const Tensor& ws, const Shape& xs, con
   const dg::Layout l = is_max ? act_layout(ws) : act_layout(gy);
   Tensor gx = dg::empty_4d(xs, l);
   if (gx.numel() == 0) return gx;
-  if (is_max && is_2x2(c) && l == dg::Layout::NHWC && dg::is_dense(ws, l)) {
+  if (is_max && is_2x2(c, g) && l == dg::Layout::NHWC && dg::is_dense(ws, l)) {
     auto in_layout = [&](const Tensor& t) {
       if (dg::is_dense(t, l)) return t;
       Tensor d = dg::empty_4d(t.shape(), l);
@@ -413,16 +509,30 @@ Tensor pool_backward(const Tensor& gy_in, const Tensor& ws, const Shape& xs, con
   return gx;
 }
 
-PoolCfg cfg_from(const Attrs& a, dnnl::algorithm alg) {
-  return {a.ints[0], a.ints[1], a.ints[2], a.ints[3], a.ints[4], a.ints[5], alg};
+PoolCfg max_cfg(const Attrs& a) {
+  const ops::attr::MaxPool2d m = ops::attr::MaxPool2d::of(a);
+  return {{m.kh, m.kw, m.stride_h, m.stride_w, m.pad_h, m.pad_w, m.dilation_h, m.dilation_w, m.ceil_mode},
+          dnnl::algorithm::pooling_max};
 }
-
-dnnl::algorithm avg_alg(const Attrs& a) {
-  return a.ints[6] ? dnnl::algorithm::pooling_avg_include_padding : dnnl::algorithm::pooling_avg_exclude_padding;
+PoolCfg max_bwd_cfg(const Attrs& a) {
+  const ops::attr::MaxPool2dBackward m = ops::attr::MaxPool2dBackward::of(a);
+  return {{m.kh, m.kw, m.stride_h, m.stride_w, m.pad_h, m.pad_w, m.dilation_h, m.dilation_w, m.ceil_mode},
+          dnnl::algorithm::pooling_max};
+}
+dnnl::algorithm avg_alg(bool include) {
+  return include ? dnnl::algorithm::pooling_avg_include_padding : dnnl::algorithm::pooling_avg_exclude_padding;
+}
+PoolCfg avg_cfg(const Attrs& a) {
+  const ops::attr::AvgPool2d m = ops::attr::AvgPool2d::of(a);
+  return {{m.kh, m.kw, m.stride_h, m.stride_w, m.pad_h, m.pad_w, 1, 1, m.ceil_mode}, avg_alg(m.count_include_pad)};
+}
+PoolCfg avg_bwd_cfg(const Attrs& a) {
+  const ops::attr::AvgPool2dBackward m = ops::attr::AvgPool2dBackward::of(a);
+  return {{m.kh, m.kw, m.stride_h, m.stride_w, m.pad_h, m.pad_w, 1, 1, m.ceil_mode}, avg_alg(m.count_include_pad)};
 }
 
 Tensors max_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>&) {
-  return pool_forward(in[0], cfg_from(a, dnnl::algorithm::pooling_max), "max_pool2d");
+  return pool_forward(in[0], max_cfg(a), "max_pool2d");
 }
 
 Tensors max_bwd_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>& m) {
@@ -434,16 +544,16 @@ Tensors max_bwd_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>& 
     ws = c;
   }
   const bool relu = ops::attr::MaxPool2dBackward::of(a).relu;
-  return {pool_backward(in[0], ws, m[0].shape, cfg_from(a, dnnl::algorithm::pooling_max), "max_pool2d_backward",
+  return {pool_backward(in[0], ws, m[0].shape, max_bwd_cfg(a), "max_pool2d_backward",
                         relu ? dg::describable(in[3]) : Tensor(), relu ? in[1] : Tensor())};
 }
 
 Tensors avg_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>&) {
-  return pool_forward(in[0], cfg_from(a, avg_alg(a)), "avg_pool2d");
+  return pool_forward(in[0], avg_cfg(a), "avg_pool2d");
 }
 
 Tensors avg_bwd_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>& m) {
-  return {pool_backward(in[0], {}, m[0].shape, cfg_from(a, avg_alg(a)), "avg_pool2d_backward")};
+  return {pool_backward(in[0], {}, m[0].shape, avg_bwd_cfg(a), "avg_pool2d_backward")};
 }
 
 // ------------------------------------------------------------------ adaptive avg
@@ -454,7 +564,7 @@ int64_t end_idx(int64_t i, int64_t out, int64_t in) { return ((i + 1) * in + out
 bool divisible(int64_t H, int64_t W, int64_t oh, int64_t ow) { return H % oh == 0 && W % ow == 0; }
 
 PoolCfg adaptive_cfg(int64_t H, int64_t W, int64_t oh, int64_t ow) {
-  return {H / oh, W / ow, H / oh, W / ow, 0, 0, dnnl::algorithm::pooling_avg_include_padding};
+  return {{H / oh, W / ow, H / oh, W / ow, 0, 0}, dnnl::algorithm::pooling_avg_include_padding};
 }
 
 Tensors adaptive_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>& m) {
