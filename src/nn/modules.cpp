@@ -1,5 +1,6 @@
-// Standard layers: Linear, Conv2d, BatchNorm2d, LayerNorm, Dropout, pools, Flatten,
-// Embedding, Sequential. Initialisation follows PyTorch's reset_parameters().
+// Standard layers (torch.nn's names, arguments, defaults, parameters and buffers): Linear, Conv2d,
+// ConvTranspose2d, BatchNorm1d/2d, GroupNorm, LayerNorm, Dropout, activations, pools, Upsample,
+// Flatten, Embedding, Sequential, ModuleList, ModuleDict. Initialisation follows PyTorch's reset_parameters().
 #include "axle/nn/modules.h"
 
 #include <algorithm>
@@ -124,6 +125,59 @@ std::string Conv2d::extra_repr() const {
   return s;
 }
 
+// ---- ConvTranspose2d ----
+ConvTranspose2d::ConvTranspose2d(int64_t in, int64_t out, Int2 k, ConvTranspose2dOptions o)
+    : in_channels(in), out_channels(out), kernel_size(k), options(o) {
+  AXLE_CHECK(o.groups >= 1, "[ConvTranspose2d] expected groups >= 1, got ", o.groups);
+  AXLE_CHECK(in > 0 && out > 0 && in % o.groups == 0 && out % o.groups == 0,
+             "[ConvTranspose2d] expected positive in_channels and out_channels divisible by groups=", o.groups,
+             ", got in_channels=", in, ", out_channels=", out);
+  AXLE_CHECK(k.h > 0 && k.w > 0, "[ConvTranspose2d] expected a positive kernel size, got ", pair_str(k));
+  AXLE_CHECK(o.stride.h > 0 && o.stride.w > 0 && o.dilation.h > 0 && o.dilation.w > 0,
+             "[ConvTranspose2d] expected a positive stride and dilation, got stride=", pair_str(o.stride),
+             ", dilation=", pair_str(o.dilation));
+  AXLE_CHECK(o.output_padding.h >= 0 && o.output_padding.w >= 0 &&
+                 (o.output_padding.h < o.stride.h || o.output_padding.h < o.dilation.h) &&
+                 (o.output_padding.w < o.stride.w || o.output_padding.w < o.dilation.w),
+             "[ConvTranspose2d] expected output_padding smaller than stride or dilation, got output_padding=",
+             pair_str(o.output_padding), ", stride=", pair_str(o.stride), ", dilation=", pair_str(o.dilation));
+  weight = register_parameter("weight", zeros({in, out / o.groups, k.h, k.w}));
+  if (o.bias) bias = register_parameter("bias", zeros({out}));
+  reset_parameters();
+}
+
+void ConvTranspose2d::reset_parameters() {
+  // PyTorch's fan_in of the weight [in, out/groups, kh, kw] is its dim 1 times the kernel.
+  double bound = fan_in_bound(out_channels / options.groups * kernel_size.h * kernel_size.w);
+  fill_uniform(weight, bound);
+  if (bias.defined()) fill_uniform(bias, bound);
+}
+
+Tensor ConvTranspose2d::forward(const Tensor& x) {
+  AXLE_CHECK(x.defined(), "[ConvTranspose2d] expected a defined input");
+  AXLE_CHECK(x.dim() == 4 && x.size(1) == in_channels, "[ConvTranspose2d] expected input [N, ", in_channels,
+             ", H, W], got shape ", shape_str(x.shape()));
+  axle::ConvTranspose2dFuncOptions c;
+  c.stride = options.stride.vec();
+  c.padding = options.padding.vec();
+  c.output_padding = options.output_padding.vec();
+  c.groups = options.groups;
+  c.dilation = options.dilation.vec();
+  return conv_transpose2d(x, weight, bias, c);
+}
+
+std::string ConvTranspose2d::extra_repr() const {
+  std::string s = std::to_string(in_channels) + ", " + std::to_string(out_channels) +
+                  ", kernel_size=" + pair_str(kernel_size) + ", stride=" + pair_str(options.stride);
+  if (options.padding.h || options.padding.w) s += ", padding=" + pair_str(options.padding);
+  if (options.dilation.h != 1 || options.dilation.w != 1) s += ", dilation=" + pair_str(options.dilation);
+  if (options.output_padding.h || options.output_padding.w)
+    s += ", output_padding=" + pair_str(options.output_padding);
+  if (options.groups != 1) s += ", groups=" + std::to_string(options.groups);
+  if (!bias.defined()) s += ", bias=False";
+  return s;
+}
+
 // ---- BatchNorm ----
 BatchNorm::BatchNorm(int64_t c, double eps, std::optional<double> momentum, bool affine, bool track, bool use_bias)
     : num_features(c), eps(eps), momentum(momentum), affine(affine), track_running_stats(track),
@@ -211,17 +265,7 @@ Tensor GroupNorm::forward(const Tensor& x) {
   AXLE_CHECK(x.defined(), "[GroupNorm] expected a defined input");
   AXLE_CHECK(x.dim() >= 2 && x.size(1) == num_channels, "[GroupNorm] expected input [N, ", num_channels,
              ", ...], got shape ", shape_str(x.shape()));
-  // TODO(h-conv): axle::group_norm once it lands; the same composite meanwhile.
-  const int64_t N = x.size(0);
-  Tensor xr = reshape(x, {N, num_groups, x.numel() / std::max<int64_t>(N * num_groups, 1)});
-  Tensor mu = mean(xr, {2}, true);
-  Tensor d = sub(xr, mu);
-  Tensor y = reshape(mul(d, rsqrt(add(mean(mul(d, d), {2}, true), eps))), x.shape());
-  Shape cs(size_t(x.dim()), 1);
-  cs[1] = num_channels;
-  if (weight.defined()) y = mul(y, reshape(weight, cs));
-  if (bias.defined()) y = add(y, reshape(bias, cs));
-  return y;
+  return group_norm(x, num_groups, weight, bias, eps);
 }
 
 std::string GroupNorm::extra_repr() const {
