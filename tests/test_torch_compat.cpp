@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "axle/axle.h"
+#include "axle/distributed_checkpoint.h"
 #include "axle/fsdp.h"
 #include "axle/runtime.h"
 #include "axle/xs.h"
@@ -587,6 +588,18 @@ TEST(TorchCompatBuffers, CheckpointsKeepNumBatchesTrackedAndOldOnesStillLoad) {
   save(broken, dir + "/broken.safetensors", raw.metadata);
   const std::string e = error_of([&] { load_checkpoint(dir + "/broken.safetensors", {.model = older.get(), .optimizer = &opt3}); });
   EXPECT_NE(e.find("missing key \"1.running_var\""), std::string::npos) << e;
+
+  // Distributed checkpoints (xla tensors) keep the 0-d int64 buffer too.
+  namespace dc = axle::experimental::distributed_checkpoint;
+  auto on_xla = nn::to(bn_net(), Device::parse("xla:0"));
+  (*on_xla)(randn({2, 1, 6, 6}).to(Device::parse("xla:0")));
+  axle::sync();
+  dc::save(on_xla->state_dict(), dir + "/dc");
+  auto into = nn::to(bn_net(), Device::parse("xla:0"));
+  dc::load(into->state_dict(), dir + "/dc");
+  auto nbt = std::dynamic_pointer_cast<nn::BatchNorm2d>((*into)[1])->num_batches_tracked;
+  EXPECT_EQ(nbt.dtype(), kInt64);
+  EXPECT_EQ(nbt.cpu().item(), 1);
   fs::remove_all(dir);
 }
 
