@@ -22,7 +22,6 @@
 #include "dist/dist_internal.h"
 #include "spmd/device_count.h"
 #include "test_util.h"
-#define TMP_PENDING 1
 
 using namespace axle;
 using json = nlohmann::json;
@@ -136,12 +135,10 @@ ModulePtr build_case(const std::string& name) {
       {"layernorm", [] { return mk<LayerNorm>(Shape{4, 5}); }},
       {"layernorm_nobias", [] { return mk<LayerNorm>(6, 1e-6, true, false); }},
       {"embedding", [] { return mk<Embedding>(10, 4); }},
-#ifndef TMP_PENDING
       {"upsample_nearest", [] { return mk<Upsample>(O{.scale_factor = {2}}); }},
       {"upsample_bilinear", [] { return mk<Upsample>(O{.size = {7, 9}, .mode = "bilinear"}); }},
       {"upsample_bilinear_ac",
        [] { return mk<Upsample>(O{.scale_factor = {2.0, 1.5}, .mode = "bilinear", .align_corners = true}); }},
-#endif
       {"relu", [] { return mk<ReLU>(); }},
       {"gelu", [] { return mk<GELU>(); }},
       {"silu", [] { return mk<SiLU>(); }},
@@ -188,9 +185,6 @@ void run_module_case(const json& c, const std::string& device) {
   const std::string name = c.at("name");
   SCOPED_TRACE(name + " on " + device);
   const SafeTensors& f = modules_file();
-#ifdef TMP_PENDING
-  if (name.find("upsample") == 0) return;
-#endif
   ModulePtr m = build_case(name);
   const auto keys = c.at("keys").get<std::vector<std::string>>();
   const auto dtypes = c.at("dtypes").get<std::vector<std::string>>();
@@ -633,7 +627,6 @@ TEST(TorchCompatBuffers, AxleTrainInitLoadsAPyTorchBatchNormModelStrictly) {
   EXPECT_NE((bad.err + bad.out).find("unexpected key(s): \"1.running_std\""), std::string::npos) << bad.err;
 }
 
-#ifndef TMP_PENDING
 // ---------------------------------------------------------------- U-Net-style model
 namespace {
 
@@ -713,7 +706,6 @@ TEST(TorchCompatModels, UNetTrainsAsPyTorchOnCpuAndXla) {
     }
   }
 }
-#endif
 
 // PyTorch's initialisation of ConvTranspose2d: its weight is [in, out/groups, kh, kw] and the
 // fan-in PyTorch computes from it is dim 1 times the kernel (out/groups*kh*kw), not in/groups.

@@ -359,6 +359,25 @@ AdaptiveAvgPool2d::AdaptiveAvgPool2d(Int2 out) : output_size(out) {
 Tensor AdaptiveAvgPool2d::forward(const Tensor& x) { return adaptive_avg_pool2d(x, output_size.vec()); }
 std::string AdaptiveAvgPool2d::extra_repr() const { return "output_size=" + pair_str(output_size); }
 
+// ---- Upsample ----
+Tensor Upsample::forward(const Tensor& x) { return interpolate(x, options); }
+
+std::string Upsample::extra_repr() const {
+  // PyTorch: "scale_factor=2.0" (floats; a tuple for one per dim) or "size=4" / "size=(4, 6)".
+  std::string s;
+  auto tuple = [](const auto& v, auto fmt) {
+    if (v.size() == 1) return fmt(v[0]);
+    std::string t = "(";
+    for (size_t i = 0; i < v.size(); ++i) t += (i ? ", " : "") + fmt(v[i]);
+    return t + ")";
+  };
+  if (!options.scale_factor.empty())
+    s = "scale_factor=" + tuple(options.scale_factor, [](double d) { return py_float(d); });
+  else
+    s = "size=" + tuple(options.size, [](int64_t i) { return std::to_string(i); });
+  return s + ", mode='" + options.mode + "'";
+}
+
 std::string Flatten::extra_repr() const {
   return "start_dim=" + std::to_string(start_dim) + ", end_dim=" + std::to_string(end_dim);
 }
