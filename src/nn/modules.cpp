@@ -7,7 +7,6 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
-#include <sstream>
 #include <string>
 
 #include "axle/autograd.h"
