@@ -1,4 +1,4 @@
-// nn modules against golden values from PyTorch 1.13 (tests/golden/gen_nn_optim.py),
+// nn modules against golden values from PyTorch (tests/golden/gen_nn_optim.py),
 // plus state_dict, train/eval, initialisation and error behaviour.
 #include <gtest/gtest.h>
 
@@ -194,13 +194,14 @@ TEST(NNModule, NamesAndOrderFollowPyTorch) {
                                              "0.fc2.weight"}));
   names.clear();
   for (auto& [n, p] : outer->named_buffers()) names.push_back(n);
-  EXPECT_EQ(names, (std::vector<std::string>{"0.step", "0.bn.running_mean", "0.bn.running_var"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"0.step", "0.bn.running_mean", "0.bn.running_var",
+                                             "0.bn.num_batches_tracked"}));
   // state_dict: a module's own params, own buffers, then children (PyTorch's order)
   names.clear();
   for (auto& [n, p] : outer->state_dict()) names.push_back(n);
   EXPECT_EQ(names, (std::vector<std::string>{"0.scale", "0.step", "0.fc1.weight", "0.fc1.bias", "0.bn.weight",
                                              "0.bn.bias", "0.bn.running_mean", "0.bn.running_var",
-                                             "0.fc2.weight"}));
+                                             "0.bn.num_batches_tracked", "0.fc2.weight"}));
   EXPECT_EQ(outer->named_children().size(), 2u);
   EXPECT_EQ(outer->named_children()[1].first, "1");
   auto block = std::dynamic_pointer_cast<Block>((*outer)[0]);

@@ -41,6 +41,7 @@
 #include "compiler/program.h"
 #include "lazy/graph.h"
 #include "op_reference.h"
+#include "op_reference_resample.h"
 #include "ops/op.h"
 #include "ops/spmd.h"
 
@@ -560,6 +561,85 @@ std::vector<OpCase> build_table() {
        RF(gather(a[0], 1, a[1]))});
   row({"gather_3d_smaller_index", {F({2, 3, 4}), Idx({2, 2, 3}, {0, 2, 1, 1, 1, 0, 2, 0, 2, 2, 2, 1})},
        AX(gather(x[0], 1, x[1])), RF(gather(a[0], 1, a[1]))});
+
+  // ---------------------------------------------------------------- scatter, one_hot, pad, interpolate, einsum (issue 16)
+  // scatter (overwrite) rows use indices unique along dim: with repeats the written value is
+  // unspecified (PyTorch), and src's gradient goes to every repeat (gather) unlike a difference.
+  row({"scatter_dim0", {F({3, 4}), Idx({2, 4}, {0, 2, 1, 0, 2, 1, 0, 1}), F({2, 4})}, AX(scatter(x[0], 0, x[1], x[2])),
+       RF(ref::scatter(a[0], 0, a[1], a[2], false))});
+  row({"scatter_dim1_src_larger", {F({3, 5}), Idx({2, 3}, {4, 0, 2, 1, 3, 0}), F({3, 4})},
+       AX(scatter(x[0], -1, x[1], x[2])), RF(ref::scatter(a[0], 1, a[1], a[2], false))});
+  row({"scatter_value", {F({3, 4}), Idx({1, 4}, {2, 0, 1, 2})}, AX(scatter(x[0], 0, x[1], 2.5)),
+       RF(ref::scatter_value(a[0], 0, a[1], 2.5))});
+  row({"scatter_int64", {I({2, 5}, -9, 9), Idx({2, 2}, {4, 1, 0, 3}), I({2, 2}, -9, 9)}, AX(scatter(x[0], 1, x[1], x[2])),
+       RF(ref::scatter(a[0], 1, a[1], a[2], false)), false});
+  row({"scatter_0d", {F({}), Idx({1}, {0}), F({1})}, AX(scatter(x[0], 0, x[1], x[2])), RF(reshape(a[2], {}))});
+  // scatter_add: repeated indices accumulate (index taller than x along dim, as PyTorch allows).
+  row({"scatter_add_repeated", {F({3, 4}), Idx({4, 4}, {0, 2, 2, 1, 0, 2, 2, 1, 1, 0, 2, 1, 0, 0, 0, 1}), F({4, 4})},
+       AX(scatter_add(x[0], 0, x[1], x[2])), RF(ref::scatter(a[0], 0, a[1], a[2], true))});
+  row({"scatter_add_dim1_src_larger", {F({2, 3, 4}), Idx({2, 2, 3}, {0, 3, 3, 1, 1, 1, 2, 0, 3, 3, 0, 2}), F({2, 3, 3})},
+       AX(scatter_add(x[0], 2, x[1], x[2])), RF(ref::scatter(a[0], 2, a[1], a[2], true))});
+  row({"scatter_add_int64", {I({4}, -9, 9), Idx({5}, {3, 3, 0, 1, 3}), I({5}, -9, 9)}, AX(scatter_add(x[0], 0, x[1], x[2])),
+       RF(ref::scatter(a[0], 0, a[1], a[2], true)), false});
+  row({"scatter_add_empty_index", {F({3, 4}), Idx({0, 4}, {}), F({2, 4})}, AX(scatter_add(x[0], 0, x[1], x[2])),
+       RF(a[0])});
+  row({"one_hot", {I({2, 5}, 0, 3)}, AX(one_hot(x[0], 6)), RF(ref::one_hot(a[0], 6)), false});
+  row({"one_hot_inferred", {Idx({4}, {1, 3, 0, 3})}, AX(one_hot(x[0])), RF(ref::one_hot(a[0], 4)), false});
+  row({"one_hot_empty", {Idx({0}, {})}, AX(one_hot(x[0], 3)), RF(ref::one_hot(a[0], 3)), false});
+  row({"pad_constant", {F({2, 3, 4})}, AX(pad(x[0], {1, 2}, "constant", 0.5)), RF(ref::pad(a[0], {1, 2}, 0, 0.5))});
+  row({"pad_constant_negative", {F({2, 3, 4})}, AX(pad(x[0], {-1, 2, 1, -2})),
+       RF(slice(slice(ref::pad(a[0], {0, 2, 1, 0}, 0), 2, 1, 6, 1), 1, 0, 2, 1))});
+  row({"pad_constant_three_dims", {F({2, 3, 2})}, AX(pad(x[0], {1, 0, 0, 1, 2, 1}, "constant", -1)),
+       RF(ref::pad(a[0], {1, 0, 0, 1, 2, 1}, 0, -1))});
+  row({"pad_constant_int64", {I({2, 3}, -9, 9)}, AX(pad(x[0], {2, 1}, "constant", 7)), RF(ref::pad(a[0], {2, 1}, 0, 7)), false});
+  row({"pad_reflect_1d", {F({2, 3, 5})}, AX(pad(x[0], {2, 4}, "reflect")), RF(ref::pad(a[0], {2, 4}, 1))});
+  row({"pad_reflect_2d_unbatched", {F({2, 4, 5})}, AX(pad(x[0], {1, 3, 3, 2}, "reflect")), RF(ref::pad(a[0], {1, 3, 3, 2}, 1))});
+  row({"pad_reflect_negative", {F({1, 2, 5})}, AX(pad(x[0], {-1, 3}, "reflect")),
+       RF(slice(ref::pad(a[0], {0, 3}, 1), 2, 1, 8, 1))});
+  row({"pad_replicate_2d", {F({2, 2, 3, 4})}, AX(pad(x[0], {2, 1, 1, 3}, "replicate")), RF(ref::pad(a[0], {2, 1, 1, 3}, 2))});
+  row({"pad_replicate_3d", {F({1, 2, 2, 3, 2})}, AX(pad(x[0], {1, 1, 0, 2, 1, 0}, "replicate")),
+       RF(ref::pad(a[0], {1, 1, 0, 2, 1, 0}, 2))});
+  row({"interpolate_nearest_size", {F({2, 3, 5})}, AX(interpolate(x[0], {.size = {7}})),
+       RF(ref::resample(a[0], {ref::nearest_taps(5, 7, 0)}))});
+  row({"interpolate_nearest_scale", {F({1, 2, 3, 4})}, AX(interpolate(x[0], {.scale_factor = {1.5, 2}})),
+       RF(ref::resample(a[0], {ref::nearest_taps(3, 4, 1.5), ref::nearest_taps(4, 8, 2)}))});
+  row({"interpolate_nearest_down_5d", {F({1, 2, 2, 5, 4})}, AX(interpolate(x[0], {.size = {3, 2, 4}})),
+       RF(ref::resample(a[0], {ref::nearest_taps(2, 3, 0), ref::nearest_taps(5, 2, 0), ref::nearest_taps(4, 4, 0)}))});
+  row({"interpolate_bilinear", {F({2, 2, 3, 4})}, AX(interpolate(x[0], {.size = {5, 7}, .mode = "bilinear"})),
+       RF(ref::resample(a[0], {ref::linear_taps(3, 5, false, 0), ref::linear_taps(4, 7, false, 0)}))});
+  row({"interpolate_bilinear_align_corners", {F({2, 2, 3, 4})},
+       AX(interpolate(x[0], {.size = {5, 7}, .mode = "bilinear", .align_corners = true})),
+       RF(ref::resample(a[0], {ref::linear_taps(3, 5, true, 0), ref::linear_taps(4, 7, true, 0)}))});
+  row({"interpolate_bilinear_scale_down", {F({1, 2, 6, 5})},
+       AX(interpolate(x[0], {.scale_factor = {0.6}, .mode = "bilinear"})),
+       RF(ref::resample(a[0], {ref::linear_taps(6, 3, false, 0.6), ref::linear_taps(5, 3, false, 0.6)}))});
+  row({"interpolate_bilinear_recompute", {F({1, 2, 6, 5})},
+       AX(interpolate(x[0], {.scale_factor = {0.6}, .mode = "bilinear", .recompute_scale_factor = true})),
+       RF(ref::resample(a[0], {ref::linear_taps(6, 3, false, 0), ref::linear_taps(5, 3, false, 0)}))});
+  row({"einsum_matmul", {F({3, 4}), F({4, 5})}, AX(einsum("ij,jk->ik", {x[0], x[1]})), RF(ref::einsum("ij,jk->ik", {a[0], a[1]}))});
+  row({"einsum_implicit", {F({3, 4}), F({4, 2})}, AX(einsum("ij,jk", {x[0], x[1]})), RF(ref::einsum("ij,jk->ik", {a[0], a[1]}))});
+  row({"einsum_batched", {F({2, 3, 4}), F({2, 4, 5})}, AX(einsum("bij,bjk->bik", {x[0], x[1]})),
+       RF(ref::einsum("bij,bjk->bik", {a[0], a[1]}))});
+  row({"einsum_ellipsis_broadcast", {F({2, 1, 3, 4}), F({3, 4, 2})}, AX(einsum("...ij,...jk->...ik", {x[0], x[1]})),
+       RF(ref::einsum("abij,bjk->abik", {a[0], a[1]}))});
+  row({"einsum_diagonal", {F({4, 4})}, AX(einsum("ii->i", {x[0]})), RF(ref::einsum("ii->i", {a[0]}))});
+  row({"einsum_trace", {F({2, 3, 3})}, AX(einsum("bii", {x[0]})), RF(ref::einsum("bii->b", {a[0]}))});
+  row({"einsum_outer", {F({3}), F({4})}, AX(einsum("i,j->ij", {x[0], x[1]})), RF(ref::einsum("i,j->ij", {a[0], a[1]}))});
+  row({"einsum_dot", {F({5}), F({5})}, AX(einsum("i,i", {x[0], x[1]})), RF(ref::einsum("i,i->", {a[0], a[1]}))});
+  row({"einsum_sum_permute", {F({2, 3, 4})}, AX(einsum("ijk->kj", {x[0]})), RF(ref::einsum("ijk->kj", {a[0]}))});
+  row({"einsum_three", {F({2, 3}), F({3, 4}), F({4, 2})}, AX(einsum("ij,jk,kl->il", {x[0], x[1], x[2]})),
+       RF(ref::einsum("ij,jk,kl->il", {a[0], a[1], a[2]}))});
+  row({"einsum_bilinear", {F({2, 3}), F({4, 3, 5}), F({2, 5})}, AX(einsum("bn,anm,bm->ba", {x[0], x[1], x[2]})),
+       RF(ref::einsum("bn,anm,bm->ba", {a[0], a[1], a[2]}))});
+  row({"einsum_broadcast_label", {F({2, 1}), F({3})}, AX(einsum("ij,j->i", {x[0], x[1]})),
+       RF(ref::einsum("ij,j->i", {a[0], a[1]}))});
+  row({"einsum_diagonal_with_other", {F({3, 2, 3}), F({2})}, AX(einsum("iji,j->ij", {x[0], x[1]})),
+       RF(ref::einsum("iji,j->ij", {a[0], a[1]}))});
+  // A batched column of every 4th element: batch stride 9 < 3 rows * stride 4 (interleaved dims
+  // without overlap, which oneDNN cannot describe: the kernel copies it; einsum's diagonals make such views).
+  row({"matmul_interleaved_strided_column", {F({2, 9}), F({2, 1, 2})},
+       AX(matmul(unsqueeze(slice(x[0], 1, 0, 9, 4), -1), x[1])),
+       RF(matmul(reshape(slice(a[0], 1, 0, 9, 4), {2, 3, 1}), a[1]))});
 
   // ---------------------------------------------------------------- linear algebra
   row({"matmul_2d", {F({3, 4}), F({4, 5})}, AX(matmul(x[0], x[1])), RF(matmul(a[0], a[1]))});
@@ -1392,6 +1472,47 @@ std::vector<ErrCase> error_table() {
        [] { gather(zeros({2, 3}), 1, from_vector(std::vector<int64_t>{0, 3, 1, 1}, {2, 2})); }},
       {"gather_float_index", "[gather]", [] { gather(zeros({2, 3}), 1, zeros({2, 2})); }},
       {"gather_rank_mismatch", "[gather]", [=] { gather(zeros({2, 3}), 1, i64({0, 1})); }},
+      {"scatter_rank_mismatch", "[scatter]", [=] { scatter(zeros({2, 3}), 1, i64({0, 1}), zeros({2})); }},
+      {"scatter_src_dtype", "[scatter]", [=] { scatter(zeros({3}), 0, i64({0, 1}), zeros({2}, {.dtype = kInt64})); }},
+      {"scatter_index_larger_than_src", "[scatter]", [=] { scatter(zeros({3}), 0, i64({0, 1}), zeros({1})); }},
+      {"scatter_index_larger_than_input", "[scatter_add]",
+       [] { scatter_add(zeros({2, 3}), 0, from_vector(std::vector<int64_t>{0, 1, 0, 1}, {1, 4}), zeros({1, 4})); }},
+      {"scatter_out_of_range", "[scatter]", [=] { scatter(zeros({3}), 0, i64({3}), 1.0); }},
+      {"scatter_add_negative_index", "[scatter_add]", [=] { scatter_add(zeros({3}), 0, i64({-1}), ones({1})); }},
+      {"scatter_float_index", "[scatter]", [] { scatter(zeros({3}), 0, zeros({1}), 1.0); }},
+      {"scatter_dim_range", "[scatter]", [=] { scatter(zeros({3}), 1, i64({0}), 1.0); }},
+      {"one_hot_negative", "[one_hot]", [=] { one_hot(i64({0, -1}), 3); }},
+      {"one_hot_too_large", "[one_hot]", [=] { one_hot(i64({0, 3}), 3); }},
+      {"one_hot_float", "[one_hot]", [] { one_hot(zeros({2}), 3); }},
+      {"one_hot_empty_inferred", "[one_hot]", [=] { one_hot(i64({})); }},
+      {"pad_odd_length", "[pad]", [] { pad(zeros({2, 3}), {1}); }},
+      {"pad_too_many", "[pad]", [] { pad(zeros({2, 3}), {1, 1, 1, 1, 1, 1}); }},
+      {"pad_negative_too_large", "[pad]", [] { pad(zeros({2, 3}), {-2, -2}); }},
+      {"pad_unknown_mode", "[pad]", [] { pad(zeros({2, 3}), {1, 1}, "circular"); }},
+      {"pad_reflect_too_large", "[pad]", [] { pad(zeros({1, 2, 3}), {3, 0}, "reflect"); }},
+      {"pad_reflect_rank", "[pad]", [] { pad(zeros({4}), {1, 1}, "reflect"); }},
+      {"pad_reflect_2d_of_2d", "[pad]", [] { pad(zeros({3, 4}), {1, 1, 1, 1}, "replicate"); }},
+      {"pad_replicate_value", "[pad]", [] { pad(zeros({1, 3, 4}), {1, 1}, "replicate", 2.0); }},
+      {"pad_replicate_empty_dim", "[pad]", [] { pad(zeros({1, 3, 0}), {1, 1}, "replicate"); }},
+      {"interpolate_size_and_scale", "[interpolate]",
+       [] { interpolate(zeros({1, 1, 4}), {.size = {2}, .scale_factor = {2.0}}); }},
+      {"interpolate_no_size", "[interpolate]", [] { interpolate(zeros({1, 1, 4}), {}); }},
+      {"interpolate_bilinear_3d", "[interpolate]", [] { interpolate(zeros({1, 1, 4}), {.size = {2}, .mode = "bilinear"}); }},
+      {"interpolate_nearest_align_corners", "[interpolate]",
+       [] { interpolate(zeros({1, 1, 4}), {.size = {2}, .align_corners = false}); }},
+      {"interpolate_size_length", "[interpolate]", [] { interpolate(zeros({1, 1, 4, 4}), {.size = {2, 2, 2}}); }},
+      {"interpolate_recompute_with_size", "[interpolate]",
+       [] { interpolate(zeros({1, 1, 4}), {.size = {2}, .recompute_scale_factor = true}); }},
+      {"interpolate_zero_output", "[interpolate]", [] { interpolate(zeros({1, 1, 4}), {.scale_factor = {0.1}}); }},
+      {"interpolate_2d_input", "[interpolate]", [] { interpolate(zeros({4, 4}), {.size = {2}}); }},
+      {"interpolate_unknown_mode", "[interpolate]", [] { interpolate(zeros({1, 1, 4}), {.size = {2}, .mode = "bicubic"}); }},
+      {"einsum_operand_count", "[einsum]", [] { einsum("ij,jk->ik", {zeros({2, 3})}); }},
+      {"einsum_dims", "[einsum]", [] { einsum("ij->i", {zeros({2, 3, 4})}); }},
+      {"einsum_sizes", "[einsum]", [] { einsum("ij,jk->ik", {zeros({2, 3}), zeros({4, 2})}); }},
+      {"einsum_output_not_in_input", "[einsum]", [] { einsum("ij->k", {zeros({2, 3})}); }},
+      {"einsum_output_repeated", "[einsum]", [] { einsum("ij->ii", {zeros({2, 3})}); }},
+      {"einsum_bad_character", "[einsum]", [] { einsum("i1->i", {zeros({2, 3})}); }},
+      {"einsum_diagonal_sizes", "[einsum]", [] { einsum("ii->i", {zeros({2, 3})}); }},
       {"sum_dim_range", "[sum]", [] { sum(zeros({2, 3}), {2}); }},
       {"mean_dim_range", "[mean]", [] { mean(zeros({2, 3}), {-3}); }},
       {"amax_dim_range", "[amax]", [] { amax(zeros({2, 3}), {5}); }},

@@ -158,6 +158,17 @@ StateDict Module::state_dict() const {
   return out;
 }
 
+void Module::collect_optional(const std::string& prefix, std::vector<std::string>& out) const {
+  for (const auto& n : optional_state()) out.push_back(prefix + n);
+  for (const auto& [n, c] : children_) c->collect_optional(prefix + n + ".", out);
+}
+
+std::vector<std::string> Module::optional_state_keys() const {
+  std::vector<std::string> out;
+  collect_optional("", out);
+  return out;
+}
+
 void Module::load_state_dict(const StateDict& sd, bool strict) {
   StateDict own = state_dict();
   std::unordered_map<std::string, size_t> given;
@@ -168,11 +179,13 @@ void Module::load_state_dict(const StateDict& sd, bool strict) {
   std::vector<std::string> missing, unexpected, mismatch;
   std::unordered_set<std::string> own_keys;
   std::vector<std::pair<Tensor, Tensor>> copies;
+  const std::vector<std::string> opt = optional_state_keys();
+  const std::unordered_set<std::string> optional(opt.begin(), opt.end());
   for (const auto& [key, dst] : own) {
     own_keys.insert(key);
     auto it = given.find(key);
     if (it == given.end()) {
-      missing.push_back(key);
+      if (!optional.count(key)) missing.push_back(key);
       continue;
     }
     const Tensor& src = sd[it->second].second;
@@ -188,12 +201,11 @@ void Module::load_state_dict(const StateDict& sd, bool strict) {
   for (const auto& [key, t] : sd)
     if (!own_keys.count(key)) unexpected.push_back(key);
 
+  // PyTorch's order: missing keys, unexpected keys, then each size mismatch.
   std::string err;
-  if (!mismatch.empty()) {
-    for (const auto& m : mismatch) err += "\n  " + m;
-  }
   if (strict && !missing.empty()) err += "\n  missing key(s): " + join_keys(missing);
   if (strict && !unexpected.empty()) err += "\n  unexpected key(s): " + join_keys(unexpected);
+  for (const auto& m : mismatch) err += "\n  " + m;
   AXLE_CHECK(err.empty(), "[load_state_dict] error(s) in loading state dict for ", name(), ":", err);
 
   NoGradGuard ng;

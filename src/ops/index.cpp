@@ -1,4 +1,5 @@
-// Indexing ops: cat, index_select / index_add, gather / scatter_add.
+// Indexing ops: cat, index_select / index_add, gather / scatter_add (its backward), scatter
+// (the public scatter and scatter_add).
 // Shape rules and vjps (cpu kernels: src/backend/cpu/kernels/index.cpp); indices are
 // bounds-checked with errors naming the op.
 #include <algorithm>
@@ -172,6 +173,30 @@ std::vector<Meta> scatter_add_infer(const Tensors& in, const Attrs& a) {
   return {{s, in[0].dtype()}};
 }
 
+// (x, index, src) ints {dim, add}: x with src (index's shape) written or added at index along
+// dim. The public wrappers check PyTorch's rules first (rank, sizes, dtypes) and narrow src.
+std::vector<Meta> scatter_infer(const Tensors& in, const Attrs& a) {
+  const attr::Scatter at = attr::Scatter::of(a);
+  const char* op = at.add ? "scatter_add" : "scatter";
+  check_defined(in[0], op, "input");
+  check_defined(in[1], op, "index");
+  check_defined(in[2], op, "src");
+  AXLE_CHECK(in[2].dtype() == in[0].dtype(), "[", op, "] expected src of the input's dtype ", in[0].dtype(), ", got ",
+             in[2].dtype());
+  AXLE_CHECK(in[2].shape() == in[1].shape(), "[", op, "] expected src of the index's shape ", shape_str(in[1].shape()),
+             ", got ", shape_str(in[2].shape()));
+  gather_check(in[0].shape(), in[1], a, op);
+  return {{in[0].shape(), in[0].dtype()}};
+}
+
+Tensors scatter_vjp(const VjpArgs& v) {
+  const attr::Scatter at = attr::Scatter::of(v.attrs);
+  Tensors g(3);
+  if (v.needs[0]) g[0] = at.add ? v.grad[0] : scatter(v.grad[0], at.dim, v.in[1], 0.0);
+  if (v.needs[2]) g[2] = gather(v.grad[0], at.dim, v.in[1]);
+  return g;
+}
+
 }  // namespace
 
 void register_index_ops() {
@@ -180,6 +205,7 @@ void register_index_ops() {
   register_op(OpKind::IndexAdd, {.infer = index_add_infer});
   register_op(OpKind::Gather, {.infer = gather_infer, .vjp = gather_vjp});
   register_op(OpKind::ScatterAdd, {.infer = scatter_add_infer});
+  register_op(OpKind::Scatter, {.infer = scatter_infer, .vjp = scatter_vjp});
 }
 
 }  // namespace axle::ops
@@ -210,6 +236,55 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
   ops::check_defined(x, "gather", "input");
   const int64_t d = x.dim() == 0 ? 0 : wrap_dim(dim, x.dim(), "gather");
   return call1(OpKind::Gather, {x, index}, {.ints = {d}, .floats = {}});
+}
+
+namespace {
+
+/// scatter / scatter_add: PyTorch's checks (a 0-d tensor counts as 1-D; an empty index skips
+/// them and returns a copy of x), then the op on src narrowed to the index's shape.
+Tensor scatter_impl(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src, bool add) {
+  const char* op = add ? "scatter_add" : "scatter";
+  ops::check_defined(x, op, "input");
+  ops::check_defined(index, op, "index");
+  ops::check_defined(src, op, "src");
+  AXLE_CHECK(index.dtype() == kInt64 || index.dtype() == kInt32, "[", op, "] expected an int64 index, got ",
+             index.dtype());
+  AXLE_CHECK(src.dtype() == x.dtype(), "[", op, "] expected src of the input's dtype ", x.dtype(), ", got ",
+             src.dtype());
+  auto nonempty_dim = [](const Tensor& t) { return std::max<int64_t>(t.dim(), 1); };
+  const int64_t nd = nonempty_dim(x);
+  const int64_t d = wrap_dim(dim, nd, op);
+  if (index.numel() == 0) return x.clone();
+  AXLE_CHECK(nonempty_dim(index) == nd, "[", op, "] expected an index with as many dims as the input ",
+             shape_str(x.shape()), ", got ", shape_str(index.shape()));
+  AXLE_CHECK(nonempty_dim(src) == nd, "[", op, "] expected src with as many dims as the input ", shape_str(x.shape()),
+             ", got ", shape_str(src.shape()));
+  auto one_d = [](const Tensor& t) { return t.dim() == 0 ? reshape(t, {1}) : t; };
+  const Tensor x1 = one_d(x), i1 = one_d(index);
+  Tensor s1 = one_d(src);
+  for (int64_t k = 0; k < nd; ++k) {
+    const int64_t n = i1.shape()[size_t(k)];
+    AXLE_CHECK(n <= s1.shape()[size_t(k)] && (k == d || n <= x1.shape()[size_t(k)]), "[", op, "] expected index ",
+               shape_str(index.shape()), " no larger than src ", shape_str(src.shape()), " and, apart from dim ", d,
+               ", than the input ", shape_str(x.shape()), "; dim ", k, " is ", n);
+    if (n != s1.shape()[size_t(k)]) s1 = narrow(s1, k, 0, n);
+  }
+  Tensor out = call1(OpKind::Scatter, {x1, i1, s1}, {.ints = {d, add ? 1 : 0}, .floats = {}});
+  return x.dim() == 0 ? reshape(out, {}) : out;
+}
+
+}  // namespace
+
+Tensor scatter(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src) {
+  return scatter_impl(x, dim, index, src, false);
+}
+Tensor scatter(const Tensor& x, int64_t dim, const Tensor& index, double value) {
+  ops::check_defined(x, "scatter", "input");
+  ops::check_defined(index, "scatter", "index");
+  return scatter_impl(x, dim, index, full(index.shape(), value, {.dtype = x.dtype(), .device = x.device()}), false);
+}
+Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src) {
+  return scatter_impl(x, dim, index, src, true);
 }
 
 }  // namespace axle

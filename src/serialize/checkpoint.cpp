@@ -189,11 +189,16 @@ Checkpoint st::load_checkpoint(const SafeTensors& file, Checkpoint into) {
     for (const auto& [n, t] : model_sd) given.emplace(n, &t);
     std::string err;
     std::unordered_set<std::string> own;
+    // Keys a state dict may leave out (BatchNorm's num_batches_tracked, absent from the
+    // checkpoints written before axle had it): load_state_dict keeps their values.
+    const std::vector<std::string> opt = into.model->optional_state_keys();
+    const std::unordered_set<std::string> optional(opt.begin(), opt.end());
     for (const auto& [n, t] : into.model->state_dict()) {
       own.insert(n);
       auto it = given.find(n);
-      if (it == given.end()) err += "\n  missing key \"" + n + "\"";
-      else if (it->second->shape() != t.shape())
+      if (it == given.end()) {
+        if (!optional.count(n)) err += "\n  missing key \"" + n + "\"";
+      } else if (it->second->shape() != t.shape())
         err += "\n  \"" + n + "\": the checkpoint has shape " + shape_str(it->second->shape()) +
                ", the model has " + shape_str(t.shape());
     }

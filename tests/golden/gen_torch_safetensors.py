@@ -20,7 +20,8 @@ DTYPES = {np.dtype("float32"): "F32", np.dtype("int64"): "I64", np.dtype("int32"
 
 
 def write_safetensors(path, tensors, metadata=None):
-    arrays = {k: np.ascontiguousarray(v.detach().cpu().numpy() if torch.is_tensor(v) else v) for k, v in tensors.items()}
+    # np.array(order="C"), not np.ascontiguousarray: that one makes a 0-d tensor 1-d.
+    arrays = {k: np.array(v.detach().cpu().numpy() if torch.is_tensor(v) else v, order="C") for k, v in tensors.items()}
     # The reference writer orders by descending alignment, then by name.
     names = sorted(arrays, key=lambda k: (-arrays[k].dtype.itemsize, k))
     header, offset = {}, 0

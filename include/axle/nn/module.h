@@ -55,9 +55,16 @@ class Module : public std::enable_shared_from_this<Module> {
   /// parameters, its own buffers, then each child's entries), with PyTorch's names.
   StateDict state_dict() const;
   /// Copies values into the existing tensors (their identity is kept, so an optimizer
-  /// built on the parameters stays valid). strict: every key must match exactly.
-  /// Throws axle::Error naming missing / unexpected keys or a shape mismatch.
+  /// built on the parameters stays valid), cast to each tensor's dtype and device.
+  /// strict: every key must match exactly, except the optional keys below (as PyTorch's
+  /// BatchNorm num_batches_tracked: one the state dict leaves out keeps its value).
+  /// Throws axle::Error, before changing anything, listing every missing key, every
+  /// unexpected key (strict only) and every shape mismatch (key and both shapes; an error
+  /// even when not strict), together in one message, as PyTorch.
   void load_state_dict(const StateDict& sd, bool strict = true);
+  /// The state_dict() keys a strict load_state_dict lets a state dict leave out (each
+  /// module's optional_state(), with its dotted prefix).
+  std::vector<std::string> optional_state_keys() const;
 
   /// Training mode (Dropout active, BatchNorm batch statistics), recursively.
   virtual void train(bool on = true);
@@ -100,6 +107,14 @@ class Module : public std::enable_shared_from_this<Module> {
   static void set_forward_wrapper(Module& m, Module* wrapper) { m.forward_wrapper_ = wrapper; }
   static Module* forward_wrapper(const Module& m) { return m.forward_wrapper_; }
 
+  /// This module's own buffer names that a state dict may leave out (BatchNorm's
+  /// num_batches_tracked, as PyTorch's _BatchNorm._load_from_state_dict); default none.
+  virtual std::vector<std::string> optional_state() const { return {}; }
+
+  /// Appends str() of this module, each line after the first indented by `indent` more
+  /// spaces (PyTorch's __repr__; ModuleList overrides it to fold repeated children).
+  virtual void str_into(std::string& out, int indent) const;
+
   bool training_ = true;
 
  private:
@@ -109,7 +124,7 @@ class Module : public std::enable_shared_from_this<Module> {
   void collect_buffers(const std::string& prefix, bool recurse,
                        std::vector<std::pair<std::string, Tensor>>& out) const;
   void collect_state(const std::string& prefix, StateDict& out) const;
-  void str_into(std::string& out, int indent) const;
+  void collect_optional(const std::string& prefix, std::vector<std::string>& out) const;
   /// Names the xla parameters and buffers for AXLE_DEBUG ("parameter fc1.weight").
   void label_tensors() const;
 

@@ -80,11 +80,14 @@ class ConvTranspose2d : public Module {
   Tensor weight, bias;
 };
 
-/// Batch normalisation per channel (torch.nn's _BatchNorm): weight 1, bias 0, running_mean 0,
-/// running_var 1, num_batches_tracked 0 (int64, 0-d: PyTorch's buffers, names and order, so a
-/// PyTorch state dict loads strictly). Training: batch statistics, running ones updated with
-/// `momentum` (unset: the cumulative average over num_batches_tracked batches, as PyTorch's
-/// momentum=None); eval: the running statistics (the batch's without track_running_stats).
+/// Batch normalisation per channel (torch.nn's _BatchNorm): weight 1, bias 0 (with affine;
+/// bias=false: no bias, as PyTorch 2.x's keyword), running_mean 0, running_var 1,
+/// num_batches_tracked 0 (int64, 0-d: PyTorch's buffers, names and order, so a PyTorch state
+/// dict loads strictly; without track_running_stats there are none). Training: batch
+/// statistics; num_batches_tracked counts the training forwards and the running statistics
+/// are updated with `momentum` (unset: the cumulative average over num_batches_tracked
+/// batches, as PyTorch's momentum=None; the running variance is unbiased). Eval: the running
+/// statistics (the batch's without track_running_stats).
 class BatchNorm : public Module {
  public:
   Tensor forward(const Tensor& x) override;
@@ -92,21 +95,24 @@ class BatchNorm : public Module {
   int64_t num_features;
   double eps;
   std::optional<double> momentum;
-  bool affine, track_running_stats;
+  bool affine, track_running_stats, use_bias;
   Tensor weight, bias, running_mean, running_var, num_batches_tracked;
 
  protected:
-  BatchNorm(int64_t num_features, double eps, std::optional<double> momentum, bool affine, bool track_running_stats);
+  BatchNorm(int64_t num_features, double eps, std::optional<double> momentum, bool affine, bool track_running_stats,
+            bool bias);
   /// Throws unless x has a rank this variant takes (1d: [N, C] or [N, C, L]; 2d: [N, C, H, W]).
   virtual void check_input(const Tensor& x) const = 0;
+  /// num_batches_tracked (with track_running_stats): a state dict may leave it out, as PyTorch's.
+  std::vector<std::string> optional_state() const override;
 };
 
 /// Batch normalisation over [N, C] or [N, C, L].
 class BatchNorm1d : public BatchNorm {
  public:
   explicit BatchNorm1d(int64_t num_features, double eps = 1e-5, std::optional<double> momentum = 0.1,
-                       bool affine = true, bool track_running_stats = true)
-      : BatchNorm(num_features, eps, momentum, affine, track_running_stats) {}
+                       bool affine = true, bool track_running_stats = true, bool bias = true)
+      : BatchNorm(num_features, eps, momentum, affine, track_running_stats, bias) {}
   std::string name() const override { return "BatchNorm1d"; }
 
  protected:
@@ -117,18 +123,19 @@ class BatchNorm1d : public BatchNorm {
 class BatchNorm2d : public BatchNorm {
  public:
   explicit BatchNorm2d(int64_t num_features, double eps = 1e-5, std::optional<double> momentum = 0.1,
-                       bool affine = true, bool track_running_stats = true)
-      : BatchNorm(num_features, eps, momentum, affine, track_running_stats) {}
+                       bool affine = true, bool track_running_stats = true, bool bias = true)
+      : BatchNorm(num_features, eps, momentum, affine, track_running_stats, bias) {}
   std::string name() const override { return "BatchNorm2d"; }
 
  protected:
   void check_input(const Tensor& x) const override;
 };
 
-/// Group normalisation of [N, C, ...]: `num_groups` must divide num_channels. weight 1, bias 0 [C].
+/// Group normalisation of [N, C, ...]: `num_groups` must divide num_channels. weight 1, bias 0 [C]
+/// (with affine; bias=false: no bias, PyTorch 2.x's keyword).
 class GroupNorm : public Module {
  public:
-  GroupNorm(int64_t num_groups, int64_t num_channels, double eps = 1e-5, bool affine = true);
+  GroupNorm(int64_t num_groups, int64_t num_channels, double eps = 1e-5, bool affine = true, bool bias = true);
   Tensor forward(const Tensor& x) override;
   std::string name() const override { return "GroupNorm"; }
   std::string extra_repr() const override;
@@ -138,12 +145,13 @@ class GroupNorm : public Module {
   Tensor weight, bias;
 };
 
-/// Layer normalisation over the trailing `normalized_shape` dims. weight 1, bias 0.
+/// Layer normalisation over the trailing `normalized_shape` dims. weight 1, bias 0 (with
+/// elementwise_affine; bias=false: no bias, as PyTorch 2.x).
 class LayerNorm : public Module {
  public:
-  explicit LayerNorm(Shape normalized_shape, double eps = 1e-5, bool elementwise_affine = true);
-  explicit LayerNorm(int64_t normalized_size, double eps = 1e-5, bool elementwise_affine = true)
-      : LayerNorm(Shape{normalized_size}, eps, elementwise_affine) {}
+  explicit LayerNorm(Shape normalized_shape, double eps = 1e-5, bool elementwise_affine = true, bool bias = true);
+  explicit LayerNorm(int64_t normalized_size, double eps = 1e-5, bool elementwise_affine = true, bool bias = true)
+      : LayerNorm(Shape{normalized_size}, eps, elementwise_affine, bias) {}
   Tensor forward(const Tensor& x) override;
   std::string name() const override { return "LayerNorm"; }
   std::string extra_repr() const override;
@@ -173,6 +181,7 @@ class GELU : public Module {
  public:
   Tensor forward(const Tensor& x) override { return gelu(x); }
   std::string name() const override { return "GELU"; }
+  std::string extra_repr() const override { return "approximate='none'"; }
 };
 
 class Tanh : public Module {
@@ -200,6 +209,7 @@ class Softplus : public Module {
   explicit Softplus(double beta = 1, double threshold = 20) : beta(beta), threshold(threshold) {}
   Tensor forward(const Tensor& x) override { return softplus(x, beta, threshold); }
   std::string name() const override { return "Softplus"; }
+  std::string extra_repr() const override;
   double beta, threshold;
 };
 
@@ -208,6 +218,7 @@ class LeakyReLU : public Module {
   explicit LeakyReLU(double negative_slope = 0.01) : negative_slope(negative_slope) {}
   Tensor forward(const Tensor& x) override { return leaky_relu(x, negative_slope); }
   std::string name() const override { return "LeakyReLU"; }
+  std::string extra_repr() const override;
   double negative_slope;
 };
 
@@ -216,6 +227,7 @@ class Hardtanh : public Module {
   explicit Hardtanh(double min_val = -1, double max_val = 1) : min_val(min_val), max_val(max_val) {}
   Tensor forward(const Tensor& x) override { return hardtanh(x, min_val, max_val); }
   std::string name() const override { return "Hardtanh"; }
+  std::string extra_repr() const override;
   double min_val, max_val;
 };
 
@@ -261,7 +273,7 @@ class AdaptiveAvgPool2d : public Module {
 class Upsample : public Module {
  public:
   explicit Upsample(InterpolateOptions o) : options(std::move(o)) {}
-  Tensor forward(const Tensor& x) override { return interpolate(x, options); }
+  Tensor forward(const Tensor& x) override;
   std::string name() const override { return "Upsample"; }
   std::string extra_repr() const override;
   InterpolateOptions options;
@@ -307,7 +319,8 @@ class Sequential : public Module {
 };
 
 /// Holds modules in a list, as torch.nn.ModuleList: children named "0", "1", ... (so
-/// parameters are "0.weight", ...); it has no forward of its own (calling it throws).
+/// parameters are "0.weight", ...); it has no forward of its own (calling it throws):
+/// iterate it in the owner's forward.
 class ModuleList : public Module {
  public:
   ModuleList() = default;
@@ -321,6 +334,10 @@ class ModuleList : public Module {
   const ModulePtr& operator[](size_t i) const;
   std::vector<ModulePtr>::const_iterator begin() const { return modules_.begin(); }
   std::vector<ModulePtr>::const_iterator end() const { return modules_.end(); }
+
+ protected:
+  /// PyTorch's ModuleList repr: runs of equal children folded into "(0-2): 3 x Linear(...)".
+  void str_into(std::string& out, int indent) const override;
 
  private:
   std::vector<ModulePtr> modules_;

@@ -1,4 +1,4 @@
-// Index op kernels on cpu: cat, index_select, index_add, gather, scatter_add.
+// Index op kernels on cpu: cat, index_select, index_add, gather, scatter_add, scatter.
 #include <algorithm>
 #include <cstring>
 
@@ -205,6 +205,43 @@ Tensors scatter_add_cpu(const Tensors& in, const Attrs& a, const std::vector<Met
   return {out};
 }
 
+template <class T>
+void scatter_into(const Tensor& src, const Tensor& idx, const Tensor& out, int64_t d, bool add) {
+  const T* sp = static_cast<const T*>(src.data_ptr());
+  T* op = static_cast<T*>(out.data_ptr());
+  if (add)
+    for_each_index(idx.shape(), out.strides(), d, idx.data<int64_t>(), false,
+                   [&](int64_t i, int64_t off) { op[off] += sp[i]; });
+  else
+    for_each_index(idx.shape(), out.strides(), d, idx.data<int64_t>(), false,
+                   [&](int64_t i, int64_t off) { op[off] = sp[i]; });
+}
+
+// (x, index, src): a copy of x, then src's elements written (or added, in index order) at index.
+Tensors scatter_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>& m) {
+  const attr::Scatter at = attr::Scatter::of(a);
+  const char* op = at.add ? "scatter_add" : "scatter";
+  const Shape& s = m[0].shape;
+  const int64_t d = gather_check(s, in[1], a, op);
+  Tensor idx = checked_index(in[1], s.empty() ? 1 : s[size_t(d)], op);
+  Tensor out = make_tensor(s, m[0].dtype);  // a copy of x: never written into the input's storage
+  if (out.numel() > 0) cpu::copy_into(out, in[0]);
+  if (idx.numel() == 0) return {out};
+  Tensor src = cpu::contiguous_as(in[2], m[0].dtype);
+  switch (m[0].dtype) {
+    case DType::Float32: scatter_into<float>(src, idx, out, d, at.add); break;
+    case DType::Int64: scatter_into<int64_t>(src, idx, out, d, at.add); break;
+    case DType::Int32: scatter_into<int32_t>(src, idx, out, d, at.add); break;
+    case DType::Bool:
+    case DType::UInt8:
+      AXLE_CHECK(!at.add, "[scatter_add] dtype ", m[0].dtype, " is not supported on cpu");
+      scatter_into<uint8_t>(src, idx, out, d, false);
+      break;
+    default: AXLE_FAIL("[", op, "] dtype ", m[0].dtype, " is not supported on cpu");
+  }
+  return {out};
+}
+
 }  // namespace
 
 void register_cpu_index_kernels() {
@@ -214,6 +251,7 @@ void register_cpu_index_kernels() {
   reg(OpKind::IndexAdd, index_add_cpu);
   reg(OpKind::Gather, gather_cpu);
   reg(OpKind::ScatterAdd, scatter_add_cpu);
+  reg(OpKind::Scatter, scatter_cpu);
 }
 
 }  // namespace axle::cpu
