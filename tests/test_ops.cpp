@@ -536,8 +536,12 @@ std::vector<OpCase> build_table() {
        RF(ref::pad(a[0], {1, 1, 0, 2, 1, 0}, 2))});
   row({"interpolate_nearest_size", {F({2, 3, 5})}, AX(interpolate(x[0], {.size = {7}})),
        RF(ref::resample(a[0], {ref::nearest_taps(5, 7, 0)}))});
-  row({"interpolate_nearest_scale", {F({1, 2, 3, 4})}, AX(interpolate(x[0], {.scale_factor = {1.5, 2}})),
-       RF(ref::resample(a[0], {ref::nearest_taps(3, 4, 1.5), ref::nearest_taps(4, 8, 2)}))});
+  // 1 / scale_factor, not in / out: 4 * 1.7 -> 6 rows read 0 0 1 1 2 2 (4 / 6 would read 0 0 1 2 2 3).
+  row({"interpolate_nearest_scale", {F({1, 2, 4, 5})}, AX(interpolate(x[0], {.scale_factor = {1.7, 1.3}})),
+       RF(ref::resample(a[0], {ref::nearest_taps(4, 6, 1.7), ref::nearest_taps(5, 6, 1.3)}))});
+  row({"interpolate_nearest_scale_recompute", {F({1, 2, 4, 5})},
+       AX(interpolate(x[0], {.scale_factor = {1.7, 1.3}, .recompute_scale_factor = true})),
+       RF(ref::resample(a[0], {ref::nearest_taps(4, 6, 0), ref::nearest_taps(5, 6, 0)}))});
   row({"interpolate_nearest_down_5d", {F({1, 2, 2, 5, 4})}, AX(interpolate(x[0], {.size = {3, 2, 4}})),
        RF(ref::resample(a[0], {ref::nearest_taps(2, 3, 0), ref::nearest_taps(5, 2, 0), ref::nearest_taps(4, 4, 0)}))});
   row({"interpolate_bilinear", {F({2, 2, 3, 4})}, AX(interpolate(x[0], {.size = {5, 7}, .mode = "bilinear"})),
@@ -553,6 +557,7 @@ std::vector<OpCase> build_table() {
        RF(ref::resample(a[0], {ref::linear_taps(6, 3, false, 0), ref::linear_taps(5, 3, false, 0)}))});
   row({"einsum_matmul", {F({3, 4}), F({4, 5})}, AX(einsum("ij,jk->ik", {x[0], x[1]})), RF(ref::einsum("ij,jk->ik", {a[0], a[1]}))});
   row({"einsum_implicit", {F({3, 4}), F({4, 2})}, AX(einsum("ij,jk", {x[0], x[1]})), RF(ref::einsum("ij,jk->ik", {a[0], a[1]}))});
+  row({"einsum_implicit_ascii_order", {F({2, 3})}, AX(einsum("bA", {x[0]})), RF(ref::einsum("bA->Ab", {a[0]}))});
   row({"einsum_batched", {F({2, 3, 4}), F({2, 4, 5})}, AX(einsum("bij,bjk->bik", {x[0], x[1]})),
        RF(ref::einsum("bij,bjk->bik", {a[0], a[1]}))});
   row({"einsum_ellipsis_broadcast", {F({2, 1, 3, 4}), F({3, 4, 2})}, AX(einsum("...ij,...jk->...ik", {x[0], x[1]})),
