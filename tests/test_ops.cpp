@@ -1452,4 +1452,23 @@ TEST_P(OpErrors, ThrowsNamingTheOp) {
 INSTANTIATE_TEST_SUITE_P(Ops, OpErrors, ::testing::ValuesIn(error_table()),
                          [](const ::testing::TestParamInfo<ErrCase>& i) { return i.param.name; });
 
+// On xla the index values are data of the graph: scatter (and one_hot, which is a scatter)
+// checks them when the graph runs, and reading the result throws axle::Error naming the op.
+TEST(OpErrorsWhenRun, ScatterIndexOutOfRangeOnXla) {
+  const Device xla = axle::device();
+  const Tensor bad = from_vector(std::vector<int64_t>{0, 3}, {2}).to(xla);
+  for (const auto& [name, fn] : std::vector<std::pair<std::string, std::function<Tensor()>>>{
+           {"scatter", [&] { return scatter(zeros({3}, {.device = xla}), 0, bad, 1.0); }},
+           {"scatter_add", [&] { return scatter_add(zeros({3}, {.device = xla}), 0, bad, ones({2}, {.device = xla})); }},
+           {"one_hot", [&] { return one_hot(bad, 3); }}}) {
+    SCOPED_TRACE(name);
+    try {
+      fn().cpu();
+      ADD_FAILURE() << "expected axle::Error for index 3 of a dim of size 3";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("[0, 3)"), std::string::npos) << e.what();
+    }
+  }
+}
+
 }  // namespace

@@ -142,21 +142,27 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);
 /// out[i][j] = x[index[i][j]][j] for dim 0 (torch.gather).
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);
 /// x with src's elements written at `index` along `dim` (out[index[i][j]][j] = src[i][j] for
-/// dim 0), as torch.scatter; index (int64) has src's rank and no dim larger than src's or (off
-/// `dim`) x's. Gradients: x's where not overwritten, src's gathered at index. With repeated
-/// indices the written value is unspecified, as in PyTorch.
+/// dim 0), as torch.scatter; index (int64 or int32) has x's and src's rank (0-d counts as 1-D)
+/// and no dim larger than src's or (off `dim`) x's; an empty index gives a copy of x. Gradients:
+/// x's where not overwritten, src's gathered at index (zero where src is larger than index;
+/// PyTorch cannot differentiate that case). With repeated indices the written value is
+/// unspecified, as in PyTorch (axle's cpu kernel: the last in index order). Index values are
+/// checked on cpu at once, on xla when the graph runs.
 Tensor scatter(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src);
 /// The scalar form: `value` written at `index` (torch.scatter(x, dim, index, value)).
 Tensor scatter(const Tensor& x, int64_t dim, const Tensor& index, double value);
-/// x with src's elements added at `index` along `dim` (repeats accumulate), as torch.scatter_add.
+/// x with src's elements added at `index` along `dim` (repeats accumulate, in index order), as
+/// torch.scatter_add; the rules of scatter. Gradients: x's all of it, src's gathered at index.
 Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src);
-/// int64 [..., num_classes]: 1 at each element's class, as torch.nn.functional.one_hot;
-/// num_classes = -1: one more than the largest class. Classes must be in [0, num_classes).
+/// int64 [..., num_classes]: 1 at each element's class, as torch.nn.functional.one_hot (x
+/// int64); num_classes = -1: one more than the largest class (reads x: on xla, runs its graph).
+/// Classes must be in [0, num_classes): checked at once on cpu, when the graph runs on xla.
 Tensor one_hot(const Tensor& x, int64_t num_classes = -1);
 /// Pads (or crops, with negative sizes) the last dims, as torch.nn.functional.pad: `pad` =
 /// {last_left, last_right, second_last_left, ...}; mode "constant" (with `value`), "reflect"
 /// (padding < the dim's size) or "replicate" (reflect and replicate pad the last 1-3 dims of
-/// a 2-D to 5-D input, as PyTorch).
+/// a 2-D to 5-D input, as PyTorch). Gradients: the padding's own values get none; with
+/// reflect and replicate each output's gradient goes to the input element it copies (summed).
 Tensor pad(const Tensor& x, const std::vector<int64_t>& pad, const std::string& mode = "constant", double value = 0);
 /// Einstein summation, as torch.einsum: "ij,jk->ik", implicit output ("ij,jk"), "..." for
 /// broadcast batch dims, repeated indices in one operand (diagonals). Lowered to permutes,
@@ -218,7 +224,10 @@ struct InterpolateOptions {
   std::optional<bool> recompute_scale_factor{};
 };
 /// Resizes the spatial dims of x [N, C, W] / [N, C, H, W] / [N, C, D, H, W] (nearest) or
-/// [N, C, H, W] (bilinear), as torch.nn.functional.interpolate.
+/// [N, C, H, W] (bilinear), as torch.nn.functional.interpolate, with PyTorch's float32 index
+/// and weight rules (nearest: floor(j * scale), scale = 1 / scale_factor when given and not
+/// recomputed, else in / out). Gradients: each output's back to the inputs it read (nearest)
+/// or weighted by its bilinear weights.
 Tensor interpolate(const Tensor& x, const InterpolateOptions& o);
 
 // ---- normalization, activations, losses ----
