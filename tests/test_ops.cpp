@@ -1392,6 +1392,8 @@ std::vector<ErrCase> error_table() {
       {"einsum_output_repeated", "[einsum]", [] { einsum("ij->ii", {zeros({2, 3})}); }},
       {"einsum_bad_character", "[einsum]", [] { einsum("i1->i", {zeros({2, 3})}); }},
       {"einsum_diagonal_sizes", "[einsum]", [] { einsum("ii->i", {zeros({2, 3})}); }},
+      {"einsum_int64_operands", "[einsum]",
+       [] { einsum("i,i", {zeros({2}, {.dtype = kInt64}), zeros({2}, {.dtype = kInt64})}); }},
       {"sum_dim_range", "[sum]", [] { sum(zeros({2, 3}), {2}); }},
       {"mean_dim_range", "[mean]", [] { mean(zeros({2, 3}), {-3}); }},
       {"amax_dim_range", "[amax]", [] { amax(zeros({2, 3}), {5}); }},
