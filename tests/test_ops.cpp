@@ -601,8 +601,12 @@ std::vector<OpCase> build_table() {
        RF(ref::pad(a[0], {1, 1, 0, 2, 1, 0}, 2))});
   row({"interpolate_nearest_size", {F({2, 3, 5})}, AX(interpolate(x[0], {.size = {7}})),
        RF(ref::resample(a[0], {ref::nearest_taps(5, 7, 0)}))});
-  row({"interpolate_nearest_scale", {F({1, 2, 3, 4})}, AX(interpolate(x[0], {.scale_factor = {1.5, 2}})),
-       RF(ref::resample(a[0], {ref::nearest_taps(3, 4, 1.5), ref::nearest_taps(4, 8, 2)}))});
+  // 1 / scale_factor, not in / out: 4 * 1.7 -> 6 rows read 0 0 1 1 2 2 (4 / 6 would read 0 0 1 2 2 3).
+  row({"interpolate_nearest_scale", {F({1, 2, 4, 5})}, AX(interpolate(x[0], {.scale_factor = {1.7, 1.3}})),
+       RF(ref::resample(a[0], {ref::nearest_taps(4, 6, 1.7), ref::nearest_taps(5, 6, 1.3)}))});
+  row({"interpolate_nearest_scale_recompute", {F({1, 2, 4, 5})},
+       AX(interpolate(x[0], {.scale_factor = {1.7, 1.3}, .recompute_scale_factor = true})),
+       RF(ref::resample(a[0], {ref::nearest_taps(4, 6, 0), ref::nearest_taps(5, 6, 0)}))});
   row({"interpolate_nearest_down_5d", {F({1, 2, 2, 5, 4})}, AX(interpolate(x[0], {.size = {3, 2, 4}})),
        RF(ref::resample(a[0], {ref::nearest_taps(2, 3, 0), ref::nearest_taps(5, 2, 0), ref::nearest_taps(4, 4, 0)}))});
   row({"interpolate_bilinear", {F({2, 2, 3, 4})}, AX(interpolate(x[0], {.size = {5, 7}, .mode = "bilinear"})),
@@ -618,6 +622,7 @@ std::vector<OpCase> build_table() {
        RF(ref::resample(a[0], {ref::linear_taps(6, 3, false, 0), ref::linear_taps(5, 3, false, 0)}))});
   row({"einsum_matmul", {F({3, 4}), F({4, 5})}, AX(einsum("ij,jk->ik", {x[0], x[1]})), RF(ref::einsum("ij,jk->ik", {a[0], a[1]}))});
   row({"einsum_implicit", {F({3, 4}), F({4, 2})}, AX(einsum("ij,jk", {x[0], x[1]})), RF(ref::einsum("ij,jk->ik", {a[0], a[1]}))});
+  row({"einsum_implicit_ascii_order", {F({2, 3})}, AX(einsum("bA", {x[0]})), RF(ref::einsum("bA->Ab", {a[0]}))});
   row({"einsum_batched", {F({2, 3, 4}), F({2, 4, 5})}, AX(einsum("bij,bjk->bik", {x[0], x[1]})),
        RF(ref::einsum("bij,bjk->bik", {a[0], a[1]}))});
   row({"einsum_ellipsis_broadcast", {F({2, 1, 3, 4}), F({3, 4, 2})}, AX(einsum("...ij,...jk->...ik", {x[0], x[1]})),
@@ -1513,6 +1518,8 @@ std::vector<ErrCase> error_table() {
       {"einsum_output_repeated", "[einsum]", [] { einsum("ij->ii", {zeros({2, 3})}); }},
       {"einsum_bad_character", "[einsum]", [] { einsum("i1->i", {zeros({2, 3})}); }},
       {"einsum_diagonal_sizes", "[einsum]", [] { einsum("ii->i", {zeros({2, 3})}); }},
+      {"einsum_int64_operands", "[einsum]",
+       [] { einsum("i,i", {zeros({2}, {.dtype = kInt64}), zeros({2}, {.dtype = kInt64})}); }},
       {"sum_dim_range", "[sum]", [] { sum(zeros({2, 3}), {2}); }},
       {"mean_dim_range", "[mean]", [] { mean(zeros({2, 3}), {-3}); }},
       {"amax_dim_range", "[amax]", [] { amax(zeros({2, 3}), {5}); }},
@@ -1597,5 +1604,24 @@ TEST_P(OpErrors, ThrowsNamingTheOp) {
 }
 INSTANTIATE_TEST_SUITE_P(Ops, OpErrors, ::testing::ValuesIn(error_table()),
                          [](const ::testing::TestParamInfo<ErrCase>& i) { return i.param.name; });
+
+// On xla the index values are data of the graph: scatter (and one_hot, which is a scatter)
+// checks them when the graph runs, and reading the result throws axle::Error naming the op.
+TEST(OpErrorsWhenRun, ScatterIndexOutOfRangeOnXla) {
+  const Device xla = axle::device();
+  const Tensor bad = from_vector(std::vector<int64_t>{0, 3}, {2}).to(xla);
+  for (const auto& [name, fn] : std::vector<std::pair<std::string, std::function<Tensor()>>>{
+           {"scatter", [&] { return scatter(zeros({3}, {.device = xla}), 0, bad, 1.0); }},
+           {"scatter_add", [&] { return scatter_add(zeros({3}, {.device = xla}), 0, bad, ones({2}, {.device = xla})); }},
+           {"one_hot", [&] { return one_hot(bad, 3); }}}) {
+    SCOPED_TRACE(name);
+    try {
+      fn().cpu();
+      ADD_FAILURE() << "expected axle::Error for index 3 of a dim of size 3";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("[0, 3)"), std::string::npos) << e.what();
+    }
+  }
+}
 
 }  // namespace

@@ -118,7 +118,12 @@ Tensor decomposed(const Tensor& q, const Tensor& k, const Tensor& v, const Atten
     s = o.attn_mask.dtype() == kBool ? masked_fill(s, eq(o.attn_mask, 0.0), -std::numeric_limits<double>::infinity())
                                      : add(s, o.attn_mask);
   }
-  Tensor p = softmax(s, -1);
+  // A query row whose every key is masked (all scores -inf) attends to nothing: zeros out,
+  // zero gradients, as PyTorch 2.x (not softmax's nan). Its scores are replaced by 0 first,
+  // so that the softmax and its backward stay finite there.
+  const Tensor none = eq(amax(s, {-1}, true), -std::numeric_limits<double>::infinity());
+  const Tensor zero = zeros({}, {.device = q.device()});
+  Tensor p = where(none, zero, softmax(where(none, zero, s), -1));
   if (o.dropout_p > 0) p = dropout(p, o.dropout_p, true, o.generator);
   return matmul(p, v);
 }

@@ -391,7 +391,11 @@ Tensor einsum(const std::string& equation, const std::vector<Tensor>& operands) 
   for (char c : equation)
     if (c != ' ') eq += c;
   AXLE_CHECK(!operands.empty(), "[einsum] expected at least one operand, got none");
-  for (size_t i = 0; i < operands.size(); ++i) ops::check_defined(operands[i], "einsum", "operand");
+  for (size_t i = 0; i < operands.size(); ++i) {
+    ops::check_defined(operands[i], "einsum", "operand");
+    AXLE_CHECK(operands.size() == 1 || operands[i].dtype() == kFloat32,
+               "[einsum] expected float32 operands (contracted by matmul), got ", operands[i].dtype(), " for operand ", i);
+  }
   const size_t arrow = eq.find("->");
   const std::string lhs = eq.substr(0, arrow);
   std::vector<Term> terms;

@@ -22,6 +22,8 @@ AXLE_GOLDEN_ROWS(Attention, "golden_ops_attention.safetensors",
   {"sdpa_bool_mask_per_batch", masked},
   {"sdpa_float_mask", masked},
   {"sdpa_float_mask_inf", masked},
+  {"sdpa_bool_mask_fully_masked_row", masked},
+  {"sdpa_float_mask_fully_masked_row", masked},
   {"sdpa_transposed_layout", [](const In& x) {
      return Out{scaled_dot_product_attention(transpose(x[0], 1, 2), transpose(x[1], 1, 2), transpose(x[2], 1, 2),
                                              {.is_causal = true})};

@@ -47,6 +47,13 @@ def rows():
     yield Row("sdpa_float_mask_inf", lambda q, k, v, m: sdpa(q, k, v, attn_mask=m),
               qkv((1, 2, 4, 4), (1, 2, 4, 4), (1, 2, 4, 4), lambda g: torch.triu(torch.full((4, 4), float("-inf")), 1)),
               **tol)
+    # A query row with every key masked: PyTorch 2.x gives zeros there (and zero gradients), not nan.
+    yield Row("sdpa_bool_mask_fully_masked_row", lambda q, k, v, m: sdpa(q, k, v, attn_mask=m),
+              qkv((1, 2, 3, 4), (1, 2, 5, 4), (1, 2, 5, 4), lambda g: torch.tensor([[True] * 5, [False] * 5, [True, False] * 2 + [True]])),
+              **tol)
+    yield Row("sdpa_float_mask_fully_masked_row", lambda q, k, v, m: sdpa(q, k, v, attn_mask=m),
+              qkv((1, 2, 3, 4), (1, 2, 5, 4), (1, 2, 5, 4),
+                  lambda g: torch.tensor([[0.0] * 5, [float("-inf")] * 5, [0.5, -1.0, 0.0, 2.0, 0.0]])), **tol)
     yield Row("sdpa_transposed_layout",
               lambda q, k, v: sdpa(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True),
               qkv((2, 5, 3, 4), (2, 5, 3, 4), (2, 5, 3, 4)), **tol)

@@ -75,6 +75,7 @@ def rows():
     yield Row("bilinear_scale_down", lambda x: F.interpolate(x, scale_factor=0.6, mode="bilinear"), randn((2, 2, 6, 5)))
     yield Row("bilinear_transposed", lambda x: F.interpolate(x.transpose(2, 3), scale_factor=2, mode="bilinear"),
               randn((1, 2, 3, 4)))
+    yield Row("bilinear_special", lambda x: F.interpolate(x, size=(3, 5), mode="bilinear"), special(1, 2, 2, 3))
     yield Row("bilinear_same_size", lambda x: F.interpolate(x, size=(3, 4), mode="bilinear"), randn((1, 2, 3, 4)))
     # ---- einsum
     yield Row("einsum_matmul", lambda a, b: torch.einsum("ij,jk->ik", a, b), randn((3, 4), (4, 5)))

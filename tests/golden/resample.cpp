@@ -64,6 +64,7 @@ AXLE_GOLDEN_ROWS(Resample, "golden_ops_resample.safetensors",
   {"bilinear_transposed", [](const In& x) {
      return Out{interpolate(transpose(x[0], 2, 3), {.scale_factor = {2}, .mode = "bilinear"})};
    }},
+  {"bilinear_special", [](const In& x) { return Out{interpolate(x[0], {.size = {3, 5}, .mode = "bilinear"})}; }},
   {"bilinear_same_size", [](const In& x) { return Out{interpolate(x[0], {.size = {3, 4}, .mode = "bilinear"})}; }},
   // ---- einsum
   {"einsum_matmul", [](const In& x) { return Out{einsum("ij,jk->ik", {x[0], x[1]})}; }},
