@@ -150,6 +150,52 @@ TEST(Attention, BroadcastBatchDims) {
     }
 }
 
+// The kernel's batched products: a batch larger than one scratch chunk (20 x 3 entries of
+// 64 x 64 score blocks: several chunks), q, k, v read through the strides of [B, T, H, E]
+// tensors transposed to [B, H, T, E] (GPT's layout), and an output gradient with a zero row
+// stride (the gradient of a mean over the queries).
+TEST(Attention, ChunkedBatchStridedViewsAndExpandedGradient) {
+  for (Device dev : {kCPU, axle::device()})
+    for (bool causal : {false, true}) {
+      const Tensor q = rnd({20, 3, 70, 8}, 41), k = rnd({20, 3, 66, 8}, 42), v = rnd({20, 3, 66, 4}, 43),
+                   w = rnd({20, 3, 70, 4}, 44);
+      expect_same(run(q, k, v, w, dev, true, causal), run(q, k, v, w, kCPU, false, causal), 2e-5, "chunked batch");
+      // [B, T, H, E] storage viewed as [B, H, T, E]
+      const Tensor qt = rnd({2, 130, 3, 16}, 45), kt = rnd({2, 130, 3, 16}, 46), vt = rnd({2, 130, 3, 16}, 47),
+                   wt = rnd({2, 3, 130, 16}, 48);
+      auto grads = [&](bool fused) {
+        Tensor a = qt.clone().to(dev), b = kt.clone().to(dev), c = vt.clone().to(dev);
+        for (Tensor* t : {&a, &b, &c}) t->set_requires_grad(true);
+        Tensor qv = transpose(a, 1, 2), kv = transpose(b, 1, 2), vv = transpose(c, 1, 2);
+        Tensor out = fused ? scaled_dot_product_attention(qv, kv, vv, {.is_causal = causal})
+                           : reference(qv, kv, vv, causal, 0.25);
+        // mean over the queries: the output gradient is expanded along L (row stride 0)
+        Tensor loss = add(sum(mul(out, wt.to(dev))), sum(mean(out, {2})));
+        loss.backward();
+        return Grads{out.cpu(), a.grad().cpu(), b.grad().cpu(), c.grad().cpu()};
+      };
+      expect_same(grads(true), grads(false), 2e-5, "strided views, expanded gradient");
+    }
+}
+
+// Degenerate sizes as PyTorch 2.15 gives them: head size 0 (the scores are 0: every key
+// weighs alike), a value head size of 0, and dropout over an empty sequence (no division by
+// its length).
+TEST(Attention, DegenerateSizes) {
+  for (Device dev : {kCPU, axle::device()}) {
+    const Tensor v = rnd({1, 4, 2}, 51);
+    const Tensor out = scaled_dot_product_attention(zeros({1, 3, 0}).to(dev), zeros({1, 4, 0}).to(dev), v.to(dev)).cpu();
+    const Tensor mean_v = mean(v, {1}, true).cpu();
+    for (int64_t i = 0; i < 3; ++i) EXPECT_LE(max_diff(slice(out, 1, i, i + 1), mean_v), 1e-6);
+    EXPECT_EQ(scaled_dot_product_attention(rnd({1, 3, 2}, 52).to(dev), rnd({1, 4, 2}, 53).to(dev),
+                                           zeros({1, 4, 0}).to(dev)).cpu().shape(),
+              (Shape{1, 3, 0}));
+    const Tensor e = scaled_dot_product_attention(zeros({2, 0, 8}).to(dev), zeros({2, 0, 8}).to(dev),
+                                                  zeros({2, 0, 8}).to(dev), {.dropout_p = 0.5});
+    EXPECT_EQ(e.cpu().shape(), (Shape{2, 0, 8}));
+  }
+}
+
 TEST(Attention, ExplicitScaleAndUnbatched) {
   const Tensor q = rnd({5, 3}, 31), k = rnd({6, 3}, 32), v = rnd({6, 2}, 33), w = rnd({5, 2}, 34);
   AttentionOptions o;

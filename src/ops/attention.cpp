@@ -184,7 +184,7 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
     in.push_back(from_vector(std::vector<int64_t>{int64_t(g.seed()), int64_t(offset)}, {2},
                              {.dtype = kInt64, .device = q.device()}));
     // Batch entry b's weights are indices b * L * S + i * S + j of the mask stream.
-    std::vector<int64_t> base(size_t(n / (L * S)));
+    std::vector<int64_t> base(size_t(shape_numel(batch)));
     for (size_t b = 0; b < base.size(); ++b) base[b] = int64_t(b) * L * S;
     in.push_back(from_vector(base, batch, {.dtype = kInt64, .device = q.device()}));
   }

@@ -14,9 +14,9 @@ namespace {
 // PyTorch's output size along one dim: floor (or ceil) of the window count, where with ceil
 // a last window starting at or past the input's end plus its left padding is dropped.
 int64_t out_size(int64_t in, int64_t k_ext, int64_t s, int64_t p, bool ceil) {
-  const int64_t span = in + 2 * p - k_ext;
-  if (span < 0) return 0;
-  int64_t o = (span + (ceil ? s - 1 : 0)) / s + 1;
+  const int64_t num = in + 2 * p - k_ext + (ceil ? s - 1 : 0);
+  int64_t o = (num >= 0 ? num / s : -((-num + s - 1) / s)) + 1;  // PyTorch's div_rtn: floor
+  if (o <= 0) return 0;
   if (ceil && (o - 1) * s >= in + p) --o;
   return o;
 }

@@ -65,6 +65,9 @@ def rows():
               randn((1, 3, 6, 6)))
     yield Row("max_pool2d_ceil_dropped_window", lambda x: F.max_pool2d(x, 2, stride=2, padding=1, ceil_mode=True),
               randn((1, 2, 4, 5)))
+    # ceil_mode: a kernel wider than the input (its one window starts inside and overhangs)
+    yield Row("max_pool2d_ceil_kernel_past_input", lambda x: F.max_pool2d(x, 3, stride=2, ceil_mode=True),
+              randn((1, 2, 2, 2)))
     yield Row("max_pool2d_dilation", lambda x: F.max_pool2d(x, 3, stride=1, padding=1, dilation=2), randn((1, 2, 7, 7)))
     yield Row("max_pool2d_dilation_ceil_asymmetric",
               lambda x: F.max_pool2d(x, (2, 3), stride=2, padding=1, dilation=(2, 1), ceil_mode=True),
@@ -100,6 +103,8 @@ def rows():
     yield Row("avg_pool2d_ceil_pad_excluded",
               lambda x: F.avg_pool2d(x, 3, stride=2, padding=1, ceil_mode=True, count_include_pad=False),
               randn((1, 2, 6, 6)))
+    yield Row("avg_pool2d_ceil_kernel_past_input", lambda x: F.avg_pool2d(x, 3, stride=2, ceil_mode=True),
+              randn((1, 2, 2, 3)))
     yield Row("avg_pool2d_ceil_no_padding", lambda x: F.avg_pool2d(x, 2, ceil_mode=True), randn((2, 2, 5, 7)))
     yield Row("avg_pool2d_ceil_no_padding_excluded", lambda x: F.avg_pool2d(x, 2, ceil_mode=True, count_include_pad=False),
               randn((2, 2, 5, 7)))

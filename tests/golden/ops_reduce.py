@@ -115,6 +115,8 @@ def rows():
     # ---- prod: its gradient is exact with zeros (the product of the others)
     yield Row("prod_all", lambda x: x.prod(), lambda g: [torch.rand(3, 4, generator=g) + 0.5])
     yield Row("prod_dim", lambda x: x.prod(1), randn(3, 4, 2))
+    # float32 products overflow as PyTorch's (in float32: 1e30 * 1e30 is inf before * 1e-30)
+    yield Row("prod_float32_overflow", lambda x: x.prod(), [torch.tensor([1e30, 1e30, 1e-30])], grad=[])
     yield Row("prod_dim_keepdim", lambda x: x.prod(-1, keepdim=True), randn(3, 5))
     yield Row("prod_transposed", lambda x: x.t().prod(1), randn(4, 3))
     yield Row("prod_one_zero", lambda x: x.prod(1), [torch.tensor([[2.0, 0.0, 3.0, -1.0], [1.5, 2.0, 0.5, -2.0]])])

@@ -21,6 +21,12 @@ AXLE_GOLDEN_ROWS(Pool, "golden_ops_pool.safetensors",
   {"max_pool2d_ceil_padding", [](const In& x) {
      return Out{mp(x[0], {.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}, .ceil_mode = true})};
    }},
+  {"max_pool2d_ceil_kernel_past_input", [](const In& x) {
+     return Out{mp(x[0], {.kernel = {3, 3}, .stride = {2, 2}, .ceil_mode = true})};
+   }},
+  {"avg_pool2d_ceil_kernel_past_input", [](const In& x) {
+     return Out{ap(x[0], {.kernel = {3, 3}, .stride = {2, 2}, .ceil_mode = true})};
+   }},
   {"max_pool2d_ceil_dropped_window", [](const In& x) {
      return Out{mp(x[0], {.kernel = {2, 2}, .stride = {2, 2}, .padding = {1, 1}, .ceil_mode = true})};
    }},

@@ -1,5 +1,6 @@
 #include "backend/cpu/dnnl.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <mutex>
@@ -81,6 +82,16 @@ dnnl::memory::desc desc_of(const Tensor& t) {
   for (int64_t i = int64_t(s.size()) - 1; i >= 0; --i)
     if (s[size_t(i)] == 1) st[size_t(i)] = i + 1 < int64_t(s.size()) ? st[size_t(i + 1)] * s[size_t(i + 1)] : 1;
   return strided_desc(s, st, t.dtype());
+}
+
+bool non_interleaving(const Shape& dims, const Shape& strides) {
+  std::vector<std::pair<int64_t, int64_t>> by_stride;  // (stride, size) of the dims of size > 1
+  for (size_t i = 0; i < dims.size(); ++i)
+    if (dims[i] > 1 && strides[i] != 0) by_stride.emplace_back(strides[i], dims[i]);
+  std::sort(by_stride.begin(), by_stride.end());
+  for (size_t k = 1; k < by_stride.size(); ++k)
+    if (by_stride[k].first < by_stride[k - 1].first * by_stride[k - 1].second) return false;
+  return true;
 }
 
 Tensor describable(const Tensor& t) {

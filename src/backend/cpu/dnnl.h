@@ -69,6 +69,11 @@ dnnl::memory::data_type to_dnnl(DType t);
 dnnl::memory::desc strided_desc(const Shape& dims, const Shape& strides, DType t);
 /// Descriptor of tensor `t` as it is laid out in memory (strides of size-1 dims normalised).
 dnnl::memory::desc desc_of(const Tensor& t);
+/// Whether oneDNN can describe a strided layout: its dims of size > 1 (stride 0 ones left out:
+/// broadcasts), in stride order, do not interleave, each stride at least the extent (size *
+/// stride) of the dim below it. A strided view can interleave without overlapping (a
+/// [2, 3, 1] column of every 4th element, batch stride 9 < 3 * 4).
+bool non_interleaving(const Shape& dims, const Shape& strides);
 /// `t` itself when oneDNN can describe it (no negative or zero strides on dims > 1), else a contiguous copy.
 Tensor describable(const Tensor& t);
 

@@ -2,8 +2,9 @@
 // backward), blocked with an online softmax: queries in blocks of kBq rows, keys in blocks of
 // kBk; per query row a running max m and sum l, each key block's scores rescaling the
 // accumulator by exp(m_old - m_new). The products are oneDNN batched matmuls over every batch
-// entry (batch x heads) at once, reading q, k, v and the output gradient in place through
-// their strides (the transposed views of a [B, T, H, E] layout need no copy); the softmax steps
+// entry (batch x heads) at once, reading q, v and the output gradient in place through their
+// strides (the transposed views of a [B, T, H, E] layout need no copy; K^T and V^T are made
+// dense once per call, which oneDNN's batched kernels read faster); the softmax steps
 // between them are plain vectorised loops. Scratch is one kBq x kBk score block per batch entry
 // (the batch taken in chunks of at most kScratchFloats), never L x S. Causal runs skip the key
 // blocks above the diagonal. The backward (FlashAttention-2's) recomputes each block's
@@ -65,7 +66,11 @@ struct Operand {
 /// x (float32) as an operand whose last dim is dense (a contiguous copy otherwise).
 Operand operand_of(const Tensor& x) {
   Tensor t = x;
-  if (t.dtype() != kFloat32 || (t.shape().back() != 1 && t.strides().back() != 1)) t = contiguous_as(t, kFloat32);
+  if (t.dtype() != kFloat32 || (t.shape().back() != 1 && t.strides().back() != 1) ||
+      !dg::non_interleaving(t.shape(), t.strides()) || (t.dim() >= 2 && t.shape()[size_t(t.dim() - 2)] > 1 &&
+                                                        t.strides()[size_t(t.dim() - 2)] == 0) ||
+      std::any_of(t.strides().begin(), t.strides().end(), [](int64_t st) { return st < 0; }))
+    t = contiguous_as(t, kFloat32);
   return Operand{t, t.data<float>(), t.strides()};
 }
 
@@ -110,11 +115,10 @@ struct Mat {
   Shape dims, strides;
 };
 
-/// The view of operand o's rows r0..r0+rows (all `cols` columns; or its transpose) for the
+/// The view of operand o's rows r0..r0+rows (all `cols` columns) for the
 /// batch entries [b0, b0 + c) (b0 and c multiples of g.inner). A batch dim the operand
 /// broadcasts (stride 0) is a dim of 1 that oneDNN broadcasts.
-Mat mat_of(const Geom& g, const Operand& o, int64_t b0, int64_t c, int64_t r0, int64_t rows, int64_t cols,
-           bool transposed) {
+Mat mat_of(const Geom& g, const Operand& o, int64_t b0, int64_t c, int64_t r0, int64_t rows, int64_t cols) {
   const size_t nb = g.batch.size(), nd = o.strides.size();
   const bool unbatched = nd == 2;
   Mat m;
@@ -125,13 +129,8 @@ Mat mat_of(const Geom& g, const Operand& o, int64_t b0, int64_t c, int64_t r0, i
     m.dims.push_back(st == 0 ? 1 : d == 0 ? c / g.inner : g.batch[d]);
     m.strides.push_back(st);
   }
-  if (transposed) {
-    m.dims.push_back(cols), m.dims.push_back(rows);
-    m.strides.push_back(cs), m.strides.push_back(rs);
-  } else {
-    m.dims.push_back(rows), m.dims.push_back(cols);
-    m.strides.push_back(rs), m.strides.push_back(cs);
-  }
+  m.dims.push_back(rows), m.dims.push_back(cols);
+  m.strides.push_back(rs), m.strides.push_back(cs);
   // size-1 batch dims: a stride covering the rest (oneDNN checks the layout's extent)
   for (size_t d = nb; d-- > 0;)
     if (m.dims[d] == 1) {
@@ -172,7 +171,7 @@ Operand transposed_dense(const Geom& g, const Operand& o, int64_t rows, int64_t 
 
 /// Columns j0..j0+n of a dense transposed operand (rows x S) for chunk [b0, b0 + c).
 Mat cols_of(const Geom& g, const Operand& t, int64_t b0, int64_t c, int64_t rows, int64_t j0, int64_t n) {
-  Mat m = mat_of(g, t, b0, c, 0, rows, n, false);
+  Mat m = mat_of(g, t, b0, c, 0, rows, n);
   m.p += j0;
   if (rows == 1) m.strides[m.strides.size() - 2] = t.strides[t.strides.size() - 2];
   return m;
@@ -236,8 +235,29 @@ struct GemmEntry {
   size_t scratch = 0;
 };
 
-/// c = a @ b, or c += a @ b with `accumulate` (oneDNN's sum post-op), over the batch dims.
+/// c's elements set to 0 (any strides; c's last dim is its dense one or of size 1).
+void zero(const Mat& c) {
+  const size_t nd = c.dims.size();
+  int64_t outer = 1;
+  for (size_t d = 0; d + 1 < nd; ++d) outer *= c.dims[d];
+  for (int64_t o = 0; o < outer; ++o) {
+    int64_t off = 0, r = o;
+    for (size_t d = nd - 1; d-- > 0;) {
+      off += (r % c.dims[d]) * c.strides[d];
+      r /= c.dims[d];
+    }
+    for (int64_t j = 0; j < c.dims[nd - 1]; ++j) c.p[off + j * c.strides[nd - 1]] = 0.0f;
+  }
+}
+
+/// c = a @ b, or c += a @ b with `accumulate` (oneDNN's sum post-op), over the batch dims. An
+/// empty product (head size 0) adds nothing; an empty c is left alone.
 void gemm(const Mat& a, const Mat& b, const Mat& c, bool accumulate) {
+  if (shape_numel(c.dims) == 0) return;
+  if (a.dims.back() == 0) {
+    if (!accumulate) zero(c);
+    return;
+  }
   dg::Key key("sdpa-gemm");
   key << a.dims << a.strides << b.dims << b.strides << c.dims << c.strides << int64_t(accumulate);
   auto e = dg::cached<GemmEntry>(key, [&] {
@@ -317,7 +337,7 @@ inline int64_t first_masked(bool causal, int64_t i, int64_t j0, int64_t n) {
 /// Row r (kBk wide) of scores becomes P = exp(r * scale - lse), 0 from column nk on (values
 /// by argument: the loop vectorises without alias checks against captured references).
 inline void probabilities(float* r, float scale, float lse, int64_t nk) {
-  for (int64_t j = 0; j < kBk; ++j) r[j] = fexp(r[j] * scale - lse);  // <= 0 up to rounding where unmasked
+  for (int64_t j = 0; j < nk; ++j) r[j] = fexp(r[j] * scale - lse);  // <= 0 up to rounding
   std::fill(r + nk, r + kBk, 0.0f);
 }
 
@@ -326,6 +346,10 @@ inline void score_grads(float* dp, const float* p, float scale, float d, int64_t
   for (int64_t j = 0; j < nk; ++j) dp[j] = scale * p[j] * (dp[j] - d);
   std::fill(dp + nk, dp + kBk, 0.0f);
 }
+
+/// The scale the kernels apply to q k^T: with a head size of 0 the scores are exactly 0, as
+/// PyTorch's (which scales q and k before their product), whatever 1 / sqrt(0) would make them.
+float score_scale(const Geom& g, double scale) { return g.E == 0 ? 1.0f : float(scale); }
 
 // ------------------------------------------------------------------ forward
 /// out (dense [N, L, Ev]) and lse (dense [N, L]).
@@ -339,7 +363,7 @@ void fwd_impl(const Geom& g, const Operand& q, const Operand& k, const Operand& 
     const int64_t c = std::min(chunk, g.N - b0);
     for (int64_t i0 = 0; i0 < L; i0 += kBq) {
       const int64_t m = std::min(kBq, L - i0);
-      const Mat qm = mat_of(g, q, b0, c, i0, m, E, false);
+      const Mat qm = mat_of(g, q, b0, c, i0, m, E);
       Mat om = dense(g, out + b0 * L * Ev, c, L, Ev);
       om.p += i0 * Ev;
       om.dims[om.dims.size() - 2] = m;
@@ -374,7 +398,7 @@ void fwd_impl(const Geom& g, const Operand& q, const Operand& k, const Operand& 
           else
             for (int64_t e = 0; e < Ev; ++e) orow[e] *= alpha;
         });
-        gemm(block(g, sbuf.data(), c, m, n), mat_of(g, v, b0, c, j0, n, Ev, false), om, true);
+        gemm(block(g, sbuf.data(), c, m, n), mat_of(g, v, b0, c, j0, n, Ev), om, true);
       }
       rows_loop(c * m, c * m * Ev, [&](int64_t t) {
         const int64_t bl = t / m, i = i0 + t % m;
@@ -392,7 +416,7 @@ Tensors sdpa_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>& met
   const attr::ScaledDotProductAttention at = attr::ScaledDotProductAttention::of(a);
   const Geom g = geom_of(in[0], in[2]);
   Tensor out = make_tensor(meta[0].shape, kFloat32), lse = make_tensor(meta[1].shape, kFloat32);
-  if (out.numel() == 0) return {out, lse};
+  if (lse.numel() == 0) return {out, lse};
   if (g.S == 0) {  // no keys: every row attends to nothing
     std::fill(out.data<float>(), out.data<float>() + out.numel(), 0.0f);
     std::fill(lse.data<float>(), lse.data<float>() + lse.numel(), kNegInf);
@@ -400,7 +424,7 @@ Tensors sdpa_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>& met
   }
   const Dropout drop = dropout_of(in, 3, at.dropout_p, g);
   fwd_impl(g, operand_of(in[0]), operand_of(in[1]), operand_of(in[2]), out.data<float>(), lse.data<float>(),
-           float(at.scale), at.is_causal, drop);
+           score_scale(g, at.scale), at.is_causal, drop);
   return {out, lse};
 }
 
@@ -440,15 +464,15 @@ void bwd_impl(const Geom& g, const Operand& go, const Operand& q, const Operand&
     const int64_t c = std::min(chunk, g.N - b0);
     for (int64_t j0 = 0; j0 < S; j0 += kBk) {
       const int64_t n = std::min(kBk, S - j0);
-      const Mat kj = mat_of(g, k, b0, c, j0, n, E, false), kjt = cols_of(g, kt, b0, c, E, j0, n);
+      const Mat kj = mat_of(g, k, b0, c, j0, n, E), kjt = cols_of(g, kt, b0, c, E, j0, n);
       const Mat vjt = cols_of(g, vt, b0, c, Ev, j0, n);
       const Mat dkj = out_block(dk, b0, c, S, j0, n, E), dvj = out_block(dv, b0, c, S, j0, n, Ev);
       const int64_t istart = causal ? (j0 / kBq) * kBq : 0;  // blocks wholly above the diagonal skipped
       for (int64_t i0 = istart; i0 < L; i0 += kBq) {
         const int64_t m = std::min(kBq, L - i0);
         if (causal && i0 + m <= j0) continue;
-        const Mat qi = mat_of(g, q, b0, c, i0, m, E, false);
-        const Mat gi = mat_of(g, go, b0, c, i0, m, Ev, false);
+        const Mat qi = mat_of(g, q, b0, c, i0, m, E);
+        const Mat gi = mat_of(g, go, b0, c, i0, m, Ev);
         const Mat P = block(g, pbuf.data(), c, m, n), dS = block(g, dbuf.data(), c, m, n);
         gemm(qi, kjt, P, false);   // S = Q K^T
         gemm(gi, vjt, dS, false);  // dP = dO V^T
@@ -486,7 +510,7 @@ Tensors sdpa_bwd_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>&
   Tensor dq = make_tensor(meta[0].shape, kFloat32), dk = make_tensor(meta[1].shape, kFloat32),
          dv = make_tensor(meta[2].shape, kFloat32);
   float *dqp = dq.data<float>(), *dkp = dk.data<float>(), *dvp = dv.data<float>();
-  if (g.N * g.L == 0 || g.S == 0 || g.E == 0 || g.Ev == 0) {  // nothing to propagate
+  if (g.N * g.L == 0 || g.S == 0) {  // nothing to propagate
     std::fill(dqp, dqp + dq.numel(), 0.0f);
     std::fill(dkp, dkp + dk.numel(), 0.0f);
     std::fill(dvp, dvp + dv.numel(), 0.0f);
@@ -495,7 +519,7 @@ Tensors sdpa_bwd_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>&
   const Tensor lse = contiguous_as(in[5], kFloat32);
   const Dropout drop = dropout_of(in, 6, at.dropout_p, g);
   bwd_impl(g, operand_of(in[0]), operand_of(in[1]), operand_of(in[2]), operand_of(in[3]), operand_of(in[4]),
-           lse.data<float>(), dqp, dkp, dvp, float(at.scale), at.is_causal, drop);
+           lse.data<float>(), dqp, dkp, dvp, score_scale(g, at.scale), at.is_causal, drop);
   return {dq, dk, dv};
 }
 

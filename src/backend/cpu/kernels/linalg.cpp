@@ -57,17 +57,7 @@ bool normalise(Operand& o) {
     for (size_t j = size_t(i) + 1; j < n; ++j) m = std::max(m, o.dims[j] * o.strides[j]);
     o.strides[size_t(i)] = m;
   }
-  // oneDNN describes only layouts whose dims, in stride order, do not interleave: each stride
-  // at least the extent (size * stride) of the dim below it. A strided view can interleave
-  // without overlapping (a [2, 3, 1] column of every 4th element, batch stride 9 < 3 * 4):
-  // such an operand is copied.
-  std::vector<std::pair<int64_t, int64_t>> by_stride;  // (stride, size) of the dims of size > 1
-  for (size_t i = 0; i < n; ++i)
-    if (o.dims[i] > 1) by_stride.emplace_back(o.strides[i], o.dims[i]);
-  std::sort(by_stride.begin(), by_stride.end());
-  for (size_t k = 1; k < by_stride.size(); ++k)
-    if (by_stride[k].first < by_stride[k - 1].first * by_stride[k - 1].second) return false;
-  return true;
+  return dg::non_interleaving(o.dims, o.strides);  // else the operand is copied
 }
 
 Tensor contiguous_copy(const Tensor& t) {

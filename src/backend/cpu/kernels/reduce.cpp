@@ -638,11 +638,12 @@ void cumsum_kernel(const T* x, Acc* out, const Geom& g, bool reverse) {
   for (int64_t t = 0; t < g.O * g.I; ++t) {
     const int64_t o = t / g.I, i = t % g.I;
     const int64_t base = o * g.R * g.I + i;
-    // float32 accumulates in double and rounds each output, as PyTorch's cpu kernel.
-    std::conditional_t<std::is_same_v<Acc, float>, double, Acc> acc = 0;
+    // float32 accumulates in double and rounds each output, as PyTorch's cpu kernel; int64
+    // in uint64 (wrapping on overflow as PyTorch's, without signed overflow's undefined behaviour).
+    std::conditional_t<std::is_same_v<Acc, float>, double, uint64_t> acc = 0;
     for (int64_t k = 0; k < g.R; ++k) {
       const int64_t r = reverse ? g.R - 1 - k : k;
-      acc += x[base + r * g.I];
+      acc += static_cast<decltype(acc)>(x[base + r * g.I]);
       out[base + r * g.I] = Acc(acc);
     }
   }
@@ -662,10 +663,10 @@ Tensors cumsum_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>& m
 
 template <class T>
 T prod_of(const T* x, int64_t base, const std::vector<int64_t>& red) {
-  if constexpr (std::is_same_v<T, float>) {
-    double p = 1;
-    for (int64_t r : red) p *= double(x[base + r]);
-    return float(p);
+  if constexpr (std::is_same_v<T, float>) {  // in float32, as PyTorch's (1e30 * 1e30 * 1e-30 is inf)
+    float p = 1;
+    for (int64_t r : red) p *= x[base + r];
+    return p;
   } else {  // wraps on overflow (two's complement), as PyTorch's int64 product
     uint64_t p = 1;
     for (int64_t r : red) p *= uint64_t(x[base + r]);
