@@ -26,6 +26,7 @@
 using namespace axle;
 using json = nlohmann::json;
 using nn::ModulePtr;
+using axle::test::error_of;
 
 namespace {
 
@@ -41,15 +42,6 @@ nn::StateDict entries(const SafeTensors& f, const std::string& prefix, const std
   nn::StateDict out;
   for (const auto& k : keys) out.emplace_back(k, f.at(prefix + k));
   return out;
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no error>";
 }
 
 /// |got - want| <= tol * (1 + |want|) elementwise (NaN fails), same shape.

@@ -52,7 +52,6 @@ class TempDir {
   std::filesystem::path path;
 };
 
-/// The whole content of the file at `path` ("" if it cannot be read).
 /// What `f` threw as an axle::Error, or "(no error)".
 inline std::string error_of(const std::function<void()>& f) {
   try {
@@ -63,6 +62,7 @@ inline std::string error_of(const std::function<void()>& f) {
   return "(no error)";
 }
 
+/// The whole content of the file at `path` ("" if it cannot be read).
 inline std::string slurp(const std::string& path) {
   std::ifstream f(path);
   std::stringstream ss;
