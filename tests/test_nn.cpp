@@ -2,6 +2,8 @@
 // plus state_dict, train/eval, initialisation and error behaviour.
 #include <gtest/gtest.h>
 
+#include <type_traits>
+
 #include <cmath>
 #include <fstream>
 #include <map>
@@ -474,3 +476,17 @@ TEST(Activations, ModulesApplyTheirFunctions) {
   EXPECT_FALSE(same(nn::Hardtanh(-0.5, 2.0)(x), hardtanh(x)));
   EXPECT_EQ(nn::LeakyReLU().name(), "LeakyReLU");
 }
+
+// The functional and module options are two spellings (axle::Conv2dFuncOptions and
+// axle::nn::Conv2dOptions, as LibTorch's): with both namespaces open each name is one type.
+// Reintroducing an axle::Conv2dOptions makes this file fail to compile (ambiguous name).
+namespace both_namespaces_open {
+using namespace axle;
+using namespace axle::nn;
+static_assert(!std::is_same_v<Conv2dOptions, Conv2dFuncOptions>);
+TEST(Nn, FunctionalAndModuleConvOptionsDoNotClash) {
+  const Conv2dOptions module_options{.padding = 1};
+  const Conv2dFuncOptions functional{.padding = {1, 1}};
+  EXPECT_EQ(module_options.padding.h, functional.padding[0]);
+}
+}  // namespace both_namespaces_open
