@@ -3,6 +3,7 @@
 // slice, cat, index_select, mul/add, permute, reshape, sum, matmul), so its gradient, lazy
 // tracing and fusion come from theirs; no op table entry.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <map>
 #include <numeric>
@@ -333,19 +334,18 @@ Labeled contract(Labeled a, Labeled b, const std::vector<bool>& keep) {
     if (find(a.labels, l) < 0) own_b.push_back(l);
   // Sizes of shared labels agree or broadcast from 1.
   Shape sa = a.t.shape(), sb = b.t.shape();
-  for (int l : batch) {
+  // label l's positions in a and b, its sizes there checked to agree or broadcast from 1
+  auto shared = [&](int l) {
     const int64_t ia = find(a.labels, l), ib = find(b.labels, l);
     const int64_t na = sa[size_t(ia)], nb = sb[size_t(ib)];
     AXLE_CHECK(na == nb || na == 1 || nb == 1, "[einsum] expected subscript ",
                l >= kEll ? std::string("...") : std::string(1, label_char(l)),
                " of one size (or 1) in every operand, got ", na, " and ", nb);
-  }
+    return std::array<int64_t, 4>{ia, ib, na, nb};
+  };
+  for (int l : batch) shared(l);
   for (int l : con) {
-    const int64_t ia = find(a.labels, l), ib = find(b.labels, l);
-    const int64_t na = sa[size_t(ia)], nb = sb[size_t(ib)];
-    AXLE_CHECK(na == nb || na == 1 || nb == 1, "[einsum] expected subscript ",
-               l >= kEll ? std::string("...") : std::string(1, label_char(l)),
-               " of one size (or 1) in every operand, got ", na, " and ", nb);
+    const auto [ia, ib, na, nb] = shared(l);
     if (na != nb) {  // a size-1 side is expanded to the other's size
       if (na == 1) sa[size_t(ia)] = nb;
       else sb[size_t(ib)] = na;
