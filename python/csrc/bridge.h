@@ -17,6 +17,9 @@ namespace axle_py {
 struct AxleTensorImpl final : c10::TensorImpl {
   explicit AxleTensorImpl(axle::Tensor v);
   axle::Tensor value;
+  /// When this tensor is the transpose of a 2-D tensor (t(), transpose(0, 1)): that tensor, so a
+  /// product with it lowers to axle::linear (oneDNN reads the weight transposed, bias fused).
+  axle::Tensor transposed_of;
 
   /// Replaces the value (same shape: _copy_from into this tensor).
   void set_value(axle::Tensor v);

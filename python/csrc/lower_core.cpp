@@ -231,14 +231,21 @@ Tensor as_strided_scatter(const Tensor& self, const Tensor& src, IntArrayRef siz
   return wrap(axle::reshape(axle::scatter(flat, 0, cpu_to_axle(idx, "as_strided_scatter"), v), x.shape()));
 }
 
+/// The transpose of a 2-D tensor, remembering its source (bridge.h: transposed_of).
+Tensor transpose_2d(const axle::Tensor& x) {
+  Tensor r = wrap(axle::transpose(x, 0, 1));
+  impl_of(r, "t")->transposed_of = x;
+  return r;
+}
 Tensor t(const Tensor& self) {
   axle::Tensor x = ax(self, "t");
   TORCH_CHECK(x.dim() <= 2, "t() expects a tensor with <= 2 dimensions, but self is ", x.dim(), "D");
-  return wrap(x.dim() < 2 ? x : axle::transpose(x, 0, 1));
+  return x.dim() < 2 ? wrap(x) : transpose_2d(x);
 }
 Tensor transpose(const Tensor& self, int64_t d0, int64_t d1) {
   axle::Tensor x = ax(self, "transpose");
   if (x.dim() == 0) return wrap(x);
+  if (x.dim() == 2 && c10::maybe_wrap_dim(d0, 2) != c10::maybe_wrap_dim(d1, 2)) return transpose_2d(x);
   return wrap(axle::transpose(x, d0, d1));
 }
 Tensor permute(const Tensor& self, IntArrayRef dims) { return wrap(axle::permute(ax(self, "permute"), vec(dims))); }

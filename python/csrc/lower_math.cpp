@@ -351,12 +351,21 @@ Tensor vector_norm(const Tensor& self, const at::Scalar& ord, at::OptionalIntArr
 }
 
 // ---- matrix products ----
-Tensor mm(const Tensor& a, const Tensor& b) {
-  axle::Tensor x = ax(a, "mm"), y = ax(b, "mm");
-  TORCH_CHECK(x.dim() == 2 && y.dim() == 2, "self must be a matrix");
+/// b's source when b is the transpose of a 2-D xla tensor (a weight in x @ w.t()), else undefined.
+axle::Tensor transposed_source(const Tensor& b) {
+  return is_xla(b) ? impl_of(b, "mm")->transposed_of : axle::Tensor();
+}
+void check_mm(const axle::Tensor& x, const axle::Tensor& y) {
+  TORCH_CHECK(x.dim() == 2, "self must be a matrix");
+  TORCH_CHECK(y.dim() == 2, "mat2 must be a matrix");
   TORCH_CHECK(x.size(1) == y.size(0), "mat1 and mat2 shapes cannot be multiplied (", x.size(0), "x", x.size(1),
               " and ", y.size(0), "x", y.size(1), ")");
-  return wrap(axle::matmul(x, y));
+}
+Tensor mm(const Tensor& a, const Tensor& b) {
+  axle::Tensor x = ax(a, "mm"), y = ax(b, "mm");
+  check_mm(x, y);
+  axle::Tensor w = transposed_source(b);
+  return wrap(w.defined() ? axle::linear(x, w) : axle::matmul(x, y));
 }
 Tensor bmm(const Tensor& a, const Tensor& b) {
   axle::Tensor x = ax(a, "bmm"), y = ax(b, "bmm");
@@ -371,6 +380,14 @@ axle::Tensor add_scaled(const axle::Tensor& self, const axle::Tensor& prod, doub
   return axle::add(beta == 1 ? self : axle::mul(self, beta), p);
 }
 Tensor addmm(const Tensor& self, const Tensor& a, const Tensor& b, const at::Scalar& beta, const at::Scalar& alpha) {
+  // nn.Linear: addmm(bias, x, w.t()) is axle's linear (one oneDNN call, bias inside).
+  axle::Tensor w = transposed_source(b), bias = ax(self, "addmm");
+  if (w.defined() && num(beta) == 1 && num(alpha) == 1 && bias.dim() == 1 && bias.size(0) == w.size(0) &&
+      bias.dtype() == w.dtype()) {
+    axle::Tensor x = ax(a, "addmm");
+    check_mm(x, ax(b, "addmm"));
+    return wrap(axle::linear(x, w, bias));
+  }
   return wrap(add_scaled(ax(self, "addmm"), ax(axle_py::mm(a, b)), num(beta), num(alpha)));
 }
 Tensor baddbmm(const Tensor& self, const Tensor& a, const Tensor& b, const at::Scalar& beta, const at::Scalar& alpha) {
