@@ -195,6 +195,26 @@ Tensor triu(const Tensor& self, c10::SymInt diagonal) {
   return wrap(axle::triu(x, diagonal.expect_int()));
 }
 
+// ---- what PyTorch's _safe_softmax (the math attention path's softmax, a CompositeExplicitAutograd
+// kernel that runs below functionalization) calls besides softmax: isneginf and where's out= form ----
+Tensor isneginf(const Tensor& self) {
+  axle::Tensor x = ax(self, "isneginf");
+  if (x.dtype() != axle::kFloat32) return wrap(axle::ne(x, x));  // integers and bools: never infinite
+  return wrap(axle::eq(x, scalar(-INFINITY, axle::kFloat32)));
+}
+Tensor isposinf(const Tensor& self) {
+  axle::Tensor x = ax(self, "isposinf");
+  if (x.dtype() != axle::kFloat32) return wrap(axle::ne(x, x));
+  return wrap(axle::eq(x, scalar(INFINITY, axle::kFloat32)));
+}
+Tensor& where_out(const Tensor& cond, const Tensor& self, const Tensor& other, Tensor& out) {
+  at::ScalarType rt = at::result_type(self, other);
+  axle::Tensor a = cast_to(ax(self, "where"), rt), b = cast_to(ax(other, "where"), rt);
+  axle::Tensor r = axle::where(cast_to(ax(cond, "where"), axle::kBool), a, b);
+  impl_of(out, "where")->reset(cast_to(r, out.scalar_type()));
+  return out;
+}
+
 // ------------------------------------------------------------------ scaled dot-product attention
 /// Whether axle's fused attention runs this call: float32 q, k, v of one rank >= 2 and one batch
 /// shape (no broadcasting), matching head dims, no mask, no grouped-query attention, and the
@@ -311,6 +331,9 @@ TORCH_LIBRARY_IMPL(aten, XLA, m) {
   m.impl("native_layer_norm_backward", TORCH_FN(native_layer_norm_backward));
   m.impl("gelu_backward", TORCH_FN(gelu_backward));
   m.impl("tril", TORCH_FN(tril));
+  m.impl("isneginf", TORCH_FN(isneginf));
+  m.impl("isposinf", TORCH_FN(isposinf));
+  m.impl("where.self_out", TORCH_FN(where_out));
   m.impl("triu", TORCH_FN(triu));
   m.impl("_fused_sdp_choice", TORCH_FN(fused_sdp_choice));
   m.impl("_scaled_dot_product_fused_attention_overrideable", TORCH_FN(sdpa_fused));
