@@ -20,7 +20,14 @@ namespace {
 // ---- the CPU fallback: counted per op (aten::<name>, torch_xla's counter names) ----
 void xla_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   note_fallback(op.schema().name());
-  at::native::cpu_fallback(op, stack, /*error_on_views=*/true);
+  try {
+    at::native::cpu_fallback(op, stack, /*error_on_views=*/true);
+  } catch (const axle::Error& e) {
+    // Reading the operands fails where values may not be read (a full_graph compile()): say
+    // that the read is the fallback's, not the user's.
+    throw axle::Error("[" + op.schema().name() + "] has no xla lowering and falls back to the CPU, which reads " +
+                      "its xla operands: " + e.what());
+  }
 }
 
 /// torch_xla.step(): a step scope (axle::StepGuard), syncing on entry and on exit.

@@ -18,6 +18,7 @@ ends the epoch after it, one raised while moving a batch skips only that batch.
 One process has one device here: ``ParallelLoader`` (deprecated) takes a list holding exactly that
 device.
 """
+import atexit
 import queue
 import threading
 import warnings
@@ -70,8 +71,36 @@ def _put(q, stop, item):
     return False
 
 
+# The background threads still running: (stop flag, thread). At exit they are stopped and joined
+# before the interpreter finalizes: a daemon thread frozen there inside a C++ call (a transfer)
+# would abort the process ("terminate called without an active exception").
+_live = set()
+_live_lock = threading.Lock()
+
+
+@atexit.register
+def _stop_all():
+    with _live_lock:
+        live = list(_live)
+    for stop, _ in live:
+        stop.set()
+    for _, thread in live:
+        thread.join(timeout=5)
+
+
 def _work(loader, device, q, stop):
     """The background thread: reads `loader`, moves each batch to `device`, queues it."""
+    entry = (stop, threading.current_thread())
+    with _live_lock:
+        _live.add(entry)
+    try:
+        _produce(loader, device, q, stop)
+    finally:
+        with _live_lock:
+            _live.discard(entry)
+
+
+def _produce(loader, device, q, stop):
     try:
         it = iter(loader)
         while not stop.is_set():
