@@ -49,5 +49,8 @@ def _preload_libaxle():
 _preload_libaxle()
 
 from . import _C  # noqa: E402  (after the checks: a mismatched torch fails them, not the loader)
+from . import _torch_patches  # noqa: E402
+
+_torch_patches.apply()  # torch.manual_seed seeds axle too; pickling an xla tensor says what to do
 
 __all__ = ["_C", "TORCH_VERSION"]

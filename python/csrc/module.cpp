@@ -20,7 +20,14 @@ namespace {
 // ---- the CPU fallback: counted per op (aten::<name>, torch_xla's counter names) ----
 void xla_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   note_fallback(op.schema().name());
-  at::native::cpu_fallback(op, stack, /*error_on_views=*/true);
+  try {
+    at::native::cpu_fallback(op, stack, /*error_on_views=*/true);
+  } catch (const axle::Error& e) {
+    // Reading the operands fails where values may not be read (a full_graph compile()): say
+    // that the read is the fallback's, not the user's.
+    throw axle::Error("[" + op.schema().name() + "] has no xla lowering and falls back to the CPU, which reads " +
+                      "its xla operands: " + e.what());
+  }
 }
 
 /// torch_xla.step(): a step scope (axle::StepGuard), syncing on entry and on exit.
@@ -80,13 +87,17 @@ PYBIND11_MODULE(_C, m) {
   m.doc() = "axle under PyTorch: the xla device's runtime";
   py::register_exception<axle::Error>(m, "AxleError", PyExc_RuntimeError);
 
-  m.def("_sync", [] { axle::sync(); }, "torch_xla.sync(): cut, compile (or reuse) and run the pending graph");
-  m.def("_mark_step", [] { axle::xm::mark_step(); }, "xm.mark_step(): a sync that refuses to run inside step()");
-  m.def("_wait_device_ops", [] { axle::wait_device_ops(); });
+  // The calls that compile and run graphs release the GIL, so Python threads (the
+  // MpDeviceLoader's, which moves the next batches to the device) run meanwhile.
+  using nogil = py::call_guard<py::gil_scoped_release>;
+  m.def("_sync", [] { axle::sync(); }, nogil(), "torch_xla.sync(): cut, compile (or reuse) and run the pending graph");
+  m.def("_mark_step", [] { axle::xm::mark_step(); }, nogil(),
+        "xm.mark_step(): a sync that refuses to run inside step()");
+  m.def("_wait_device_ops", [] { axle::wait_device_ops(); }, nogil());
   py::class_<StepScope>(m, "_StepScope")
       .def(py::init<>())
-      .def("enter", &StepScope::enter)
-      .def("exit", &StepScope::exit, py::arg("unwinding"));
+      .def("enter", &StepScope::enter, nogil())
+      .def("exit", &StepScope::exit, py::arg("unwinding"), nogil());
 
   py::class_<CompiledFn>(m, "_CompiledFn");
   m.def("_compiled_fn", [](const std::string& name, bool full_graph, int max_different_graphs) {
@@ -95,9 +106,9 @@ PYBIND11_MODULE(_C, m) {
   });
   py::class_<CompiledCallScope>(m, "_CompiledCall")
       .def(py::init<const CompiledFn&>())
-      .def("enter", &CompiledCallScope::enter)
+      .def("enter", &CompiledCallScope::enter, nogil())
       .def("label", &CompiledCallScope::label)
-      .def("finish", &CompiledCallScope::finish)
+      .def("finish", &CompiledCallScope::finish, nogil())
       .def("exit", &CompiledCallScope::exit);
 
   m.def("_set_eager_mode", [](bool on) { axle::experimental::eager_mode(on); });
@@ -114,6 +125,17 @@ PYBIND11_MODULE(_C, m) {
   m.def("_metrics_report", [] { return axle::metrics::report(); });
   m.def("_short_metrics_report", [] { return axle::metrics::short_report(); });
   m.def("_metrics_reset", [] { axle::metrics::reset(); });
+  // torch_xla's met.clear_counters() / met.clear_metrics(): zero one kind, keep the other.
+  m.def("_clear_counters", [] {
+    for (const auto& [name, v] : axle::metrics::counters()) axle::metrics::counter(name).value.store(0);
+  });
+  m.def("_clear_timers", [] {
+    for (const auto& [name, ms] : axle::metrics::timers_ms()) {
+      axle::metrics::Timer& t = axle::metrics::timer(name);
+      t.total_ns.store(0);
+      t.count.store(0);
+    }
+  });
 
   m.def("_memory_info", [] {
     auto mi = axle::xm::get_memory_info(axle::device());
