@@ -53,4 +53,8 @@ from . import _torch_patches  # noqa: E402
 
 _torch_patches.apply()  # torch.manual_seed seeds axle too; pickling an xla tensor says what to do
 
+from . import _module_to  # noqa: E402
+
+_module_to.apply()  # model.to('xla') keeps tied parameters tied
+
 __all__ = ["_C", "TORCH_VERSION"]

@@ -71,6 +71,11 @@ class GPT(nn.Module):
         self.ln = nn.LayerNorm(d)
         self.head = nn.Linear(d, vocab, bias=False)
         self.head.weight = self.tok.weight  # tied
+        for m in self.modules():  # GPT-2's initialisation, as shared/reference/peers/gpt_pt2.py
+            if isinstance(m, (nn.Linear, nn.Embedding)):
+                nn.init.normal_(m.weight, 0.0, 0.02)
+            if isinstance(m, nn.Linear) and m.bias is not None:
+                nn.init.zeros_(m.bias)
 
     def forward(self, idx):
         x = self.tok(idx) + self.pos(torch.arange(idx.shape[1], device=idx.device))
@@ -134,8 +139,8 @@ def test_losses_match_pytorch_for_20_steps(name):
                    for _ in range(20)]
     else:
         x, y = fmnist("train")
-        perm = torch.randperm(x.shape[0], generator=g)[: 20 * 64]
-        batches = [(x[perm[i: i + 64]], y[perm[i: i + 64]]) for i in range(0, 20 * 64, 64)]
+        perm = torch.randperm(x.shape[0], generator=g)[: 20 * 128]
+        batches = [(x[perm[i: i + 128]], y[perm[i: i + 128]]) for i in range(0, 20 * 128, 128)]
     met.clear_all()
     on_xla = train(copy.deepcopy(model), "xla", batches, opt_name, clip)
     on_cpu = train(copy.deepcopy(model), "cpu", batches, opt_name, clip)
@@ -168,3 +173,15 @@ def test_one_epoch_accuracy_and_compiles():
     assert abs(acc_xla - acc_cpu) <= 0.005
     assert acc_xla > 0.8
     assert compiles <= 3, f"{compiles} uncached compiles for one epoch"
+
+
+def test_to_xla_keeps_tied_weights_tied():
+    """nn.Module._apply would give each module its own new Parameter on a cpu -> xla move, untying a
+    GPT's embedding and head (the gradient of one then misses the other's half)."""
+    model = GPT()
+    head_hook = model.head.weight
+    model.to("xla")
+    assert model.tok.weight is model.head.weight is head_hook
+    assert model.tok.weight.device.type == "xla"
+    model.to("cpu")
+    assert model.tok.weight is model.head.weight and model.tok.weight.device.type == "cpu"

@@ -1,0 +1,40 @@
+"""``model.to('xla')`` keeps tied parameters tied.
+
+``nn.Module._apply`` replaces a parameter by a new ``Parameter`` object when the converted tensor's
+type cannot be shallow-copied into the old one, which is the case for every cpu -> xla move: each
+module then gets its own new object, and a weight shared by two modules (a GPT's embedding and
+output head) silently becomes two independent weights on the device (torch_xla users must re-tie
+after the move). Moving to ``xla`` with PyTorch's ``swap_module_params_on_conversion`` on swaps
+the converted tensor into the existing ``Parameter`` object instead, so identity, tying, hooks and
+references held elsewhere survive. Only moves to the xla device are affected.
+"""
+import functools
+
+import torch
+
+
+def _to_xla(args, kwargs):
+    try:
+        device, _, _, _ = torch._C._nn._parse_to(*args, **kwargs)
+    except Exception:  # let Module.to raise its own error
+        return False
+    return device is not None and device.type == "xla"
+
+
+def apply():
+    original = torch.nn.Module.to
+    if getattr(original, "_axle_patched", False):
+        return
+
+    @functools.wraps(original)
+    def to(self, *args, **kwargs):
+        if not _to_xla(args, kwargs) or torch.__future__.get_swap_module_params_on_conversion():
+            return original(self, *args, **kwargs)
+        torch.__future__.set_swap_module_params_on_conversion(True)
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            torch.__future__.set_swap_module_params_on_conversion(False)
+
+    to._axle_patched = True
+    torch.nn.Module.to = to
