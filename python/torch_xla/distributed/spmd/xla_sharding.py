@@ -399,6 +399,10 @@ def _send(data, spec: Optional[ShardingSpec]):
     collect(data)
     if not tensors:
         return data
+    if spec is None and _spmd.is_spmd():
+        # Under SPMD the batch arrives replicated ('{replicated}'), as torch_xla's loader sends it
+        # (test_mp_input_sharding.py, test_input_sharding_none): a rank-0 spec fits no batch tensor.
+        spec = ShardingSpec(get_1d_mesh(), ())
     mesh = None if spec is None else spec.mesh._args()
     pspec = () if spec is None else spec.partition_spec
     minibatch = bool(spec.minibatch) if spec is not None else False
@@ -447,7 +451,8 @@ def shard_batch(data, input_sharding):
     - a dict of ``ShardingSpec``: the batch must be a dict holding those keys; each value is
       sent with its key's spec (``KeyError`` naming missing keys, ``ValueError`` for a batch
       that is not a dict).
-    - None: the tensors are moved unannotated.
+    - None: the tensors are moved; under SPMD they arrive replicated (``'{replicated}'``), as in
+      torch_xla, so a loader under SPMD should call ``shard_batch(batch, None)`` too.
 
     cpu tensors are moved; xla tensors are annotated in place. Safe to call from a loader's
     background thread (the moves release the GIL)."""
