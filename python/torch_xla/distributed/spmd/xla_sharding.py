@@ -75,7 +75,15 @@ def _spec_tuple(partition_spec, op):
     if isinstance(partition_spec, (str, bytes)) or not isinstance(partition_spec, Sequence):
         raise TypeError(f"[{op}] partition_spec must be a tuple with one entry per tensor dim (None, a mesh axis "
                         f"name or index, or a tuple of them), got {partition_spec!r}")
-    return tuple(tuple(e) if isinstance(e, list) else e for e in partition_spec)
+
+    def norm(e):
+        if isinstance(e, (list, tuple)):
+            return tuple(norm(a) for a in e)
+        if isinstance(e, np.integer):  # np.int64 from np.arange: an axis index
+            return int(e)
+        return e
+
+    return tuple(norm(e) for e in partition_spec)
 
 
 class Mesh:
