@@ -514,3 +514,46 @@ def test_distributed_checkpoint_reshards(tmp_path):
     assert r["missing"] is not None and "nope" in r["missing"]
     assert r["saved"] == [False, True, False, True, False, True]
     assert r["steps"] == [6, 8]
+
+
+def test_fsdp_v2_auto_wrap_and_errors():
+    r = run("""
+        import functools
+        import torch.nn as nn
+        from torch_xla.experimental.spmd_fully_sharded_data_parallel import (
+            SpmdFullyShardedDataParallel as FSDPv2, transformer_auto_wrap_policy)
+        xr.use_spmd()
+        out = {"no_mesh": err(lambda: FSDPv2(nn.Linear(2, 2)))}
+        xs.set_global_mesh(xs.Mesh(np.arange(2), (2,), ('fsdp',)))
+        class Block(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = nn.Linear(8, 6)
+            def forward(self, x):
+                return torch.relu(self.fc(x))
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.b1, self.head = Block(), nn.Linear(6, 2)
+            def forward(self, x):
+                return self.head(self.b1(x))
+        policy = functools.partial(transformer_auto_wrap_policy, transformer_layer_cls={Block})
+        m = FSDPv2(Net(), auto_wrap_policy=policy)
+        out["unit"] = type(m.module.b1).__name__
+        out["params"] = {k: spec(p) for k, p in m.named_parameters()}
+        x = torch.randn(4, 8).to('xla')
+        xs.mark_sharding(x, xs.get_global_mesh(), ('fsdp', None))
+        y = m(x)
+        out["output"] = spec(y)
+        out["twice"] = err(lambda: FSDPv2(m))
+        out["module_list"] = err(lambda: FSDPv2(nn.ModuleList([nn.Linear(2, 2)])))
+        out["no_fsdp_axis"] = err(lambda: FSDPv2(Net(), mesh=xs.Mesh(np.arange(2), (2,), ('data',))))
+        print(json.dumps(out))
+    """, devices=2)
+    assert r["no_mesh"].startswith("ValueError") and "No mesh is provided" in r["no_mesh"]
+    assert r["unit"] == "SpmdFullyShardedDataParallel"
+    assert r["params"]["_orig_module.b1._orig_module.fc.weight"] == "{devices=[1,2]0,1}"
+    assert r["params"]["_orig_module.head.weight"] == "{devices=[1,2]0,1}"  # [2, 6]: its largest dim, 1
+    assert r["output"] == "{devices=[2,1]0,1}"
+    assert "already wrapped" in r["twice"] and "nn.ModuleList" in r["module_list"]
+    assert "must have an axis named 'fsdp'" in r["no_fsdp_axis"]
