@@ -23,7 +23,8 @@ setup(
     version="0.1.0",
     description="axle as PyTorch's xla device: torch_xla's training-loop API over axle's lazy runtime",
     packages=["axle", "torch_xla", "torch_xla.core", "torch_xla.debug", "torch_xla.distributed",
-              "torch_xla.experimental", "torch_xla.utils"],
+              "torch_xla.distributed.spmd", "torch_xla.experimental",
+              "torch_xla.experimental.distributed_checkpoint", "torch_xla.utils"],
     ext_modules=[
         CppExtension(
             "axle._C",

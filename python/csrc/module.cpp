@@ -80,6 +80,8 @@ TORCH_LIBRARY_IMPL(_, XLA, m) { m.fallback(torch::CppFunction::makeFromBoxedFunc
 namespace py = pybind11;
 using namespace axle_py;
 
+namespace axle_py { void init_spmd(py::module_& m); }  // spmd.cpp
+
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
 
@@ -143,6 +145,7 @@ PYBIND11_MODULE(_C, m) {
         {"bytes_used", mi.bytes_used}, {"bytes_limit", mi.bytes_limit}, {"peak_bytes_used", mi.peak_bytes_used}};
   });
   m.def("_is_axle_tensor", [](const at::Tensor& t) { return is_xla(t); });
+  init_spmd(m);  // axle._C._spmd (spmd.cpp)
 }
 
 #pragma GCC diagnostic pop
