@@ -153,7 +153,11 @@ std::vector<axle::Tensor> vjp_of(const std::function<axle::Tensor(const std::vec
     leaves.push_back(l);
   }
   {
-    axle::set_grad_enabled(true);
+    struct GradOn {  // PyTorch calls backward kernels with axle's grad mode as the user left it
+      bool prev = axle::grad_enabled();
+      GradOn() { axle::set_grad_enabled(true); }
+      ~GradOn() { axle::set_grad_enabled(prev); }
+    } on;
     f(leaves).backward(g);
   }
   std::vector<axle::Tensor> r;
@@ -677,6 +681,13 @@ Tensor threshold_backward(const Tensor& grad_output, const Tensor& self, const a
   return wrap(axle::where(mask, scalar(0, g.dtype()), g));
 }
 
+Tensor threshold(const Tensor& self, const at::Scalar& threshold, const at::Scalar& value) {
+  // x <= threshold ? value : x
+  axle::Tensor x = ax(self, "threshold");
+  axle::Tensor mask = axle::le(x, scalar(threshold.toDouble(), x.dtype()));
+  return wrap(axle::where(mask, scalar(value.toDouble(), x.dtype()), x));
+}
+
 std::tuple<Tensor, Tensor> native_dropout(const Tensor& input, double p, optional<bool> train) {
   axle::Tensor x = ax(input, "dropout");
   TORCH_CHECK(p >= 0 && p <= 1, "dropout probability has to be between 0 and 1, but got ", p);
@@ -829,6 +840,58 @@ Tensor index_put_impl(const Tensor& self, const c10::List<optional<Tensor>>& ind
   return axle_py::index_put(self, indices, values, accumulate);
 }
 
+// ------------------------------------------------------------------ view backwards
+// PyTorch's composite kernels of these write the gradient through a view of a zeros tensor
+// (zeros.slice(...).copy_(grad)); below functionalization a view of an xla tensor is a new
+// value, so that write would be lost: they are built from values here.
+
+/// zeros of `sizes` with `grad` at start, start + step, ... along dim.
+Tensor slice_backward(const Tensor& grad, IntArrayRef input_sizes, int64_t dim, int64_t start, int64_t end,
+                      int64_t step) {
+  axle::Tensor g = ax(grad, "slice_backward");
+  const int64_t rank = int64_t(input_sizes.size());
+  dim = c10::maybe_wrap_dim(dim, rank);
+  TORCH_CHECK(step > 0, "slice step must be positive");
+  const int64_t n = input_sizes[size_t(dim)], k = g.size(dim);
+  auto zeros = [&](int64_t len) {
+    axle::Shape s = g.shape();
+    s[size_t(dim)] = len;
+    return axle::expand(scalar(0, g.dtype()), s);
+  };
+  if (step > 1 && k > 0) {  // interleave step - 1 zeros after each element: [.., k, step, ..] -> [.., k * step, ..]
+    axle::Tensor u = axle::unsqueeze(g, dim + 1);
+    axle::Shape zs = u.shape();
+    zs[size_t(dim + 1)] = step - 1;
+    u = axle::cat({u, axle::expand(scalar(0, g.dtype()), zs)}, dim + 1);
+    axle::Shape flat = g.shape();
+    flat[size_t(dim)] = k * step;
+    g = axle::slice(axle::reshape(u, flat), dim, 0, (k - 1) * step + 1);
+  }
+  std::vector<axle::Tensor> parts;
+  start = std::clamp<int64_t>(start < 0 ? start + n : start, 0, n);
+  const int64_t after = n - start - g.size(dim);
+  TORCH_CHECK(after >= 0, "slice_backward: a gradient of ", grad.sizes(), " does not fit input sizes ", input_sizes,
+              " at ", start, " along dim ", dim);
+  if (start > 0) parts.push_back(zeros(start));
+  parts.push_back(g);
+  if (after > 0) parts.push_back(zeros(after));
+  return wrap(parts.size() == 1 ? g : axle::cat(parts, dim));
+}
+
+Tensor select_backward(const Tensor& grad, IntArrayRef input_sizes, int64_t dim, int64_t index) {
+  dim = c10::maybe_wrap_dim(dim, int64_t(input_sizes.size()));
+  if (index < 0) index += input_sizes[size_t(dim)];
+  Tensor g = wrap(axle::unsqueeze(ax(grad, "select_backward"), dim));
+  return axle_py::slice_backward(g, input_sizes, dim, index, index + 1, 1);
+}
+
+/// new_empty_strided (functionalization's buffer for a write through a view): zeros, contiguous.
+Tensor new_empty_strided(const Tensor& self, IntArrayRef size, IntArrayRef, optional<at::ScalarType> dtype,
+                         optional<at::Layout>, optional<at::Device>, optional<bool>) {
+  axle::DType t = to_axle_dtype(dtype.value_or(self.scalar_type()), "new_empty_strided");
+  return wrap(axle::expand(scalar(0, t), vec(size)));
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, XLA, m) {
@@ -857,9 +920,13 @@ TORCH_LIBRARY_IMPL(aten, XLA, m) {
   m.impl("nll_loss_backward", TORCH_FN(nll_loss_backward));
   m.impl("nll_loss2d_forward", TORCH_FN(nll_loss_forward));
   m.impl("nll_loss2d_backward", TORCH_FN(nll_loss_backward));
+  m.impl("threshold", TORCH_FN(threshold));
   m.impl("threshold_backward", TORCH_FN(threshold_backward));
   m.impl("native_dropout", TORCH_FN(native_dropout));
   m.impl("native_dropout_backward", TORCH_FN(native_dropout_backward));
+  m.impl("slice_backward", TORCH_FN(slice_backward));
+  m.impl("new_empty_strided", TORCH_FN(new_empty_strided));
+  m.impl("select_backward", TORCH_FN(select_backward));
   m.impl("index.Tensor", TORCH_FN(index_tensor));
   m.impl("index_put", TORCH_FN(index_put));
   m.impl("_index_put_impl", TORCH_FN(index_put_impl));
