@@ -677,6 +677,10 @@ Tensor threshold_backward(const Tensor& grad_output, const Tensor& self, const a
   // grad where self > threshold, 0 elsewhere (a NaN self passes the gradient, as PyTorch's).
   at::ScalarType rt = at::result_type(grad_output, self);
   axle::Tensor g = cast_to(ax(grad_output, "threshold_backward"), rt), x = ax(self, "threshold_backward");
+  // ReLU's (threshold 0): axle's relu_backward, which the compiler fuses into a max pooling's
+  // backward before it.
+  if (threshold.toDouble() == 0 && g.dtype() == axle::kFloat32 && x.dtype() == axle::kFloat32 && g.shape() == x.shape())
+    return wrap(ops::call1(OpKind::ReluBackward, {g, x}));
   axle::Tensor mask = axle::le(x, scalar(threshold.toDouble(), x.dtype()));
   return wrap(axle::where(mask, scalar(0, g.dtype()), g));
 }
