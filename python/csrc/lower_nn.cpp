@@ -534,8 +534,9 @@ std::tuple<Tensor, Tensor, Tensor> batch_norm_backward(const Tensor& grad_out, c
                      "batch_norm_backward");
 }
 
-// _batch_norm_with_update_functional / _batch_norm_no_update: (out, save_mean, save_invstd,
-// reserve[, running_mean_out, running_var_out]); reserve is empty off cuDNN.
+// _batch_norm_with_update_functional (functionalization's form of the mutating
+// _batch_norm_with_update): (out, save_mean, save_invstd, reserve, running_mean_out,
+// running_var_out); reserve is empty off cuDNN.
 std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor> batch_norm_with_update_functional(
     const Tensor& input, const optional<Tensor>& weight, const optional<Tensor>& bias, const Tensor& running_mean,
     const Tensor& running_var, double momentum, double eps) {
@@ -546,14 +547,16 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor> batch_norm_with_updat
           wrap(r.running_mean), wrap(r.running_var)};
 }
 
+/// _batch_norm_no_update (eval with the running statistics; PyTorch's composite kernel calls
+/// the cpu kernel directly, so it needs its own).
 std::tuple<Tensor, Tensor, Tensor, Tensor> batch_norm_no_update(const Tensor& input, const optional<Tensor>& weight,
                                                                 const optional<Tensor>& bias,
                                                                 const optional<Tensor>& running_mean,
                                                                 const optional<Tensor>& running_var, double momentum,
                                                                 double eps) {
   const char* op = "batch_norm";
-  axle::Tensor rm = ax_opt(running_mean, op), rv = ax_opt(running_var, op);
-  BnOut r = bn_forward(ax(input, op), ax_opt(weight, op), ax_opt(bias, op), rm, rv, !rm.defined(), momentum, eps, op);
+  BnOut r = bn_forward(ax(input, op), ax_opt(weight, op), ax_opt(bias, op), ax_opt(running_mean, op),
+                       ax_opt(running_var, op), false, momentum, eps, op);
   return {wrap(r.y), wrap(r.save_mean), wrap(r.save_invstd), wrap(axle::expand(scalar(0, axle::kUInt8), {0}))};
 }
 

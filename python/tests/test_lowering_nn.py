@@ -80,11 +80,6 @@ def randn(*shape, seed=0):
     return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
 
 
-def nchw_t(x, w=None, *rest):
-    """x's last two dims swapped back (x was made transposed): a non-contiguous operand."""
-    return (x.transpose(2, 3),) + ((w,) if w is not None else ()) + rest
-
-
 # ------------------------------------------------------------------ convolution
 
 CONV_CASES = [  # (C_in, C_out, k, stride, padding, dilation, groups, bias)
@@ -187,6 +182,8 @@ def test_batch_norm_train(shape, affine):
                             eps=1e-4)
 
     check(fn, x, w, b)
+    if len(shape) == 4:  # (both devices' running stats updated once more)
+        check(fn, x.transpose(2, 3).contiguous(), w, b, view=lambda x, w, b: (x.transpose(2, 3), w, b))
     close(rm_x, rm_c, what="running_mean")  # momentum update
     close(rv_x, rv_c, what="running_var")  # with the unbiased batch variance
 
@@ -198,6 +195,28 @@ def test_batch_norm_eval_and_no_running_stats():
     check(lambda x, w, b: F.batch_norm(x, None, None, w, b, training=True), x, w, b)
     check(lambda x, w, b: F.batch_norm(x, rm.to(x.device), rv.to(x.device), w, b, training=False), x, w, b,
           view=lambda x, w, b: (x.transpose(2, 3), w, b))
+
+
+def test_batch_norm_aten_forms():
+    """The other forms PyTorch has (export / compile paths): each against cpu, running stats included."""
+    x, w, b = randn(4, 3, 5, 6, seed=8), randn(3, seed=9), randn(3, seed=10)
+    rm, rv = randn(3, seed=11), randn(3, seed=12).abs() + 0.5
+    aten = torch.ops.aten
+
+    def with_stats(op, *args):
+        def fn(x, w, b):
+            m, v = rm.clone().to(x.device), rv.clone().to(x.device)
+            out = op(x, w, b, m, v, *args)
+            return tuple(out) + (m, v)  # the in-place forms update m and v
+        return fn
+
+    check(with_stats(aten._batch_norm_with_update, 0.1, 1e-5), x, w, b)  # -> its _functional form
+    check(with_stats(aten._native_batch_norm_legit, True, 0.1, 1e-5), x, w, b)
+    check(with_stats(aten._native_batch_norm_legit_functional, True, 0.1, 1e-5), x, w, b)
+    check(with_stats(aten._native_batch_norm_legit_no_training, 0.1, 1e-5), x, w, b)
+    check(with_stats(aten._batch_norm_no_update, 0.1, 1e-5), x, w, b)
+    check(with_stats(aten.native_batch_norm, True, 0.1, 1e-5), x, w, b)
+    check(lambda x, w, b: aten._native_batch_norm_legit.no_stats(x, w, b, True, 0.1, 1e-5), x, w, b)
 
 
 def test_batchnorm2d_module_running_stats():
@@ -241,6 +260,9 @@ def test_nll_loss(reduction, weighted):
     check(lambda x, t, w: F.nll_loss(x, t, w if weighted else None, reduction=reduction, ignore_index=2), x,
           t.clamp(min=0), w, const=(2,))
     check(fn, x.t().contiguous(), t, w, view=lambda x, t, w: (x.t(), t, w), const=(2,))
+    red = {"none": 0, "mean": 1, "sum": 2}[reduction]  # the aten op's (output, total_weight)
+    check(lambda x, t, w: torch.ops.aten.nll_loss_forward(x, t, w if weighted else None, red, 4), x,
+          t.clamp(min=0), w, const=(2,))
 
 
 @pytest.mark.parametrize("reduction", ["mean", "none"])
