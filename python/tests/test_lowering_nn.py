@@ -110,6 +110,7 @@ def test_conv2d_rect_and_unbatched():
 def test_conv1d():
     x, w, b = randn(2, 3, 17, seed=1), randn(4, 3, 5, seed=2), randn(4, seed=3)
     check(lambda x, w, b: F.conv1d(x, w, b, stride=2, padding=2, dilation=1), x, w, b)
+    check(lambda x, w, b: F.conv_transpose1d(x, w.transpose(0, 1), b, stride=2, padding=1), x[:, :, :9], w, b)
 
 
 @pytest.mark.parametrize("s,p,op,g", [(1, 0, 0, 1), (2, 1, 1, 1), (2, 1, 0, 2)])
