@@ -9,8 +9,10 @@
 // forward from its input: axle's CSE merges the recompute with the forward in the step graph.
 #include <torch/library.h>
 
-#include <cmath>
+#include <algorithm>
+#include <array>
 #include <functional>
+#include <tuple>
 
 #include "axle/autograd.h"
 #include "axle/ops.h"
@@ -119,19 +121,17 @@ Tensor convolution_overrideable(const Tensor& input, const Tensor& weight, const
 
 /// conv2d's gradients through axle's backward ops (oneDNN's backward-data and -weights).
 std::array<axle::Tensor, 3> conv2d_grads(const ConvArgs& a, const axle::Tensor& g, std::array<bool, 3> mask) {
-  ops::attr::Conv2d c{.stride_h = a.stride[0], .stride_w = a.stride[1], .pad_h = a.padding[0], .pad_w = a.padding[1],
-                      .dilation_h = a.dilation[0], .dilation_w = a.dilation[1], .groups = a.groups};
+  const auto &st = a.stride, &pd = a.padding, &dl = a.dilation;
   std::array<axle::Tensor, 3> r;
   if (mask[0]) {
     const axle::Shape& xs = a.x.shape();
-    ops::attr::Conv2dBackwardInput bi{c.stride_h, c.stride_w, c.pad_h, c.pad_w, c.dilation_h, c.dilation_w,
-                                      c.groups,   xs[0],      xs[1],   xs[2],   xs[3]};
+    ops::attr::Conv2dBackwardInput bi{st[0], st[1], pd[0], pd[1], dl[0], dl[1], a.groups, xs[0], xs[1], xs[2], xs[3]};
     r[0] = ops::call1(OpKind::Conv2dBackwardInput, {g, a.w}, bi.pack());
   }
   if (mask[1]) {
     const axle::Shape& ws = a.w.shape();
-    ops::attr::Conv2dBackwardWeight bw{c.stride_h, c.stride_w, c.pad_h, c.pad_w, c.dilation_h, c.dilation_w, c.groups,
-                                       ws[0],      ws[1],      ws[2],   ws[3],   mask[2]};
+    ops::attr::Conv2dBackwardWeight bw{st[0], st[1], pd[0], pd[1], dl[0], dl[1], a.groups,
+                                       ws[0], ws[1], ws[2], ws[3], mask[2]};
     ops::Tensors gw = ops::call(OpKind::Conv2dBackwardWeight, {g, a.x}, bw.pack());
     r[1] = gw[0];
     if (mask[2]) r[2] = gw[1];
@@ -153,7 +153,11 @@ std::vector<axle::Tensor> vjp_of(const std::function<axle::Tensor(const std::vec
     leaves.push_back(l);
   }
   {
-    axle::set_grad_enabled(true);
+    struct GradOn {  // PyTorch calls backward kernels with axle's grad mode as the user left it
+      bool prev = axle::grad_enabled();
+      GradOn() { axle::set_grad_enabled(true); }
+      ~GradOn() { axle::set_grad_enabled(prev); }
+    } on;
     f(leaves).backward(g);
   }
   std::vector<axle::Tensor> r;
@@ -217,9 +221,9 @@ Window pool_window(IntArrayRef kernel, IntArrayRef stride, IntArrayRef padding, 
               " dW: ", w.s[1]);
   TORCH_CHECK(w.d[0] > 0 && w.d[1] > 0, op, ": dilation should be greater than zero, but got dilationH: ", w.d[0],
               " dilationW: ", w.d[1]);
-  TORCH_CHECK(w.p[0] <= w.k[0] / 2 && w.p[1] <= w.k[1] / 2 && w.p[0] >= 0 && w.p[1] >= 0,
-              "pad should be at most half of effective kernel size, but got pad=", w.p[0],
-              ", kernel_size=", w.k[0], " and dilation=", w.d[0]);
+  for (int i : {0, 1})
+    TORCH_CHECK(w.p[i] >= 0 && w.p[i] <= w.k[i] / 2, "pad should be at most half of effective kernel size, but got pad=",
+                w.p[i], ", kernel_size=", w.k[i], " and dilation=", w.d[i]);
   return w;
 }
 
@@ -251,14 +255,13 @@ std::tuple<Tensor, Tensor> max_pool2d_with_indices(const Tensor& self, IntArrayR
 
 Tensor max_pool2d_with_indices_backward(const Tensor& grad_output, const Tensor& self, IntArrayRef kernel,
                                         IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation, bool ceil_mode,
-                                        const Tensor& indices) {
+                                        const Tensor& /*indices: recomputed*/) {
   const char* op = "max_pool2d_with_indices_backward";
   Window w = pool_window(kernel, stride, padding, dilation, ceil_mode, op);
   axle::Tensor x = ax(self, op), g = ax(grad_output, op);
   return batched4(x, op, [&](const axle::Tensor& x4) {
     // The workspace again from the input (the same op as the forward's: merged by CSE).
-    ops::Attrs at = max_attrs(w);
-    ops::Tensors yw = ops::call(OpKind::MaxPool2d, {x4}, at);
+    ops::Tensors yw = ops::call(OpKind::MaxPool2d, {x4}, max_attrs(w));
     axle::Tensor g4 = g.dim() == 3 ? axle::unsqueeze(g, 0) : g;
     TORCH_CHECK(g4.shape() == yw[0].shape(), op, ": expected grad_output of shape ",
                 c10::IntArrayRef(unbatch_like(yw[0], x).shape()), ", got ", grad_output.sizes());
@@ -530,8 +533,9 @@ std::tuple<Tensor, Tensor, Tensor> batch_norm_backward(const Tensor& grad_out, c
                      "batch_norm_backward");
 }
 
-// _batch_norm_with_update_functional / _batch_norm_no_update: (out, save_mean, save_invstd,
-// reserve[, running_mean_out, running_var_out]); reserve is empty off cuDNN.
+// _batch_norm_with_update_functional (functionalization's form of the mutating
+// _batch_norm_with_update): (out, save_mean, save_invstd, reserve, running_mean_out,
+// running_var_out); reserve is empty off cuDNN.
 std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor> batch_norm_with_update_functional(
     const Tensor& input, const optional<Tensor>& weight, const optional<Tensor>& bias, const Tensor& running_mean,
     const Tensor& running_var, double momentum, double eps) {
@@ -542,14 +546,16 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor> batch_norm_with_updat
           wrap(r.running_mean), wrap(r.running_var)};
 }
 
+/// _batch_norm_no_update (eval with the running statistics; PyTorch's composite kernel calls
+/// the cpu kernel directly, so it needs its own).
 std::tuple<Tensor, Tensor, Tensor, Tensor> batch_norm_no_update(const Tensor& input, const optional<Tensor>& weight,
                                                                 const optional<Tensor>& bias,
                                                                 const optional<Tensor>& running_mean,
                                                                 const optional<Tensor>& running_var, double momentum,
                                                                 double eps) {
   const char* op = "batch_norm";
-  axle::Tensor rm = ax_opt(running_mean, op), rv = ax_opt(running_var, op);
-  BnOut r = bn_forward(ax(input, op), ax_opt(weight, op), ax_opt(bias, op), rm, rv, !rm.defined(), momentum, eps, op);
+  BnOut r = bn_forward(ax(input, op), ax_opt(weight, op), ax_opt(bias, op), ax_opt(running_mean, op),
+                       ax_opt(running_var, op), false, momentum, eps, op);
   return {wrap(r.y), wrap(r.save_mean), wrap(r.save_invstd), wrap(axle::expand(scalar(0, axle::kUInt8), {0}))};
 }
 
@@ -614,12 +620,18 @@ NllArgs nll_args(const Tensor& self, const Tensor& target, const char* op) {
   return a;
 }
 
+axle::Tensor not_ignored(const NllArgs& a, int64_t ignore_index) {
+  return axle::ne(a.t, scalar(double(ignore_index), axle::kInt64));
+}
+/// The targets with ignored ones at class 0 (an index in range; their weight is 0).
+axle::Tensor safe_targets(const NllArgs& a, int64_t ignore_index) {
+  return axle::where(not_ignored(a, ignore_index), a.t, scalar(0, axle::kInt64));
+}
 /// The per-element weights of the targets (weight[t], 0 where ignored), [N, d...].
 axle::Tensor target_weights(const NllArgs& a, const axle::Tensor& weight, int64_t ignore_index) {
-  axle::Tensor valid = axle::ne(a.t, scalar(double(ignore_index), axle::kInt64));
-  axle::Tensor safe = axle::where(valid, a.t, scalar(0, axle::kInt64));
+  axle::Tensor safe = safe_targets(a, ignore_index);
   axle::Tensor wt = axle::reshape(axle::index_select(weight, 0, axle::reshape(safe, {safe.numel()})), a.t.shape());
-  return axle::mul(wt, cast_to(valid, axle::kFloat32));
+  return axle::mul(wt, cast_to(not_ignored(a, ignore_index), axle::kFloat32));
 }
 
 std::tuple<Tensor, Tensor> nll_loss_forward(const Tensor& self, const Tensor& target, const optional<Tensor>& weight,
@@ -630,16 +642,14 @@ std::tuple<Tensor, Tensor> nll_loss_forward(const Tensor& self, const Tensor& ta
   TORCH_CHECK(!w.defined() || w.numel() == a.x.size(1), "weight tensor should be defined either for all ", a.x.size(1),
               " classes or no classes but got weight tensor of shape: ", weight->sizes());
   TORCH_CHECK(reduction >= 0 && reduction <= 2, op, ": unknown reduction ", reduction);
-  axle::Tensor valid = cast_to(axle::ne(a.t, scalar(double(ignore_index), axle::kInt64)), axle::kFloat32);
   axle::Tensor out, total;
   if (!w.defined()) {
     out = ops::call1(OpKind::NllLoss, {a.x, a.t}, {.ints = {reduction, ignore_index}});
-    total = reduction == 0 ? scalar(0, axle::kFloat32) : axle::sum(valid);
+    total = reduction == 0 ? scalar(0, axle::kFloat32) : axle::sum(cast_to(not_ignored(a, ignore_index), axle::kFloat32));
   } else {
     // -weight[t] * x[t] per element, divided by the targets' total weight for the mean.
     axle::Tensor wt = target_weights(a, w, ignore_index);
-    axle::Tensor safe = axle::where(axle::ne(valid, 0.0), a.t, scalar(0, axle::kInt64));
-    axle::Tensor picked = axle::squeeze(axle::gather(a.x, 1, axle::unsqueeze(safe, 1)), 1);
+    axle::Tensor picked = axle::squeeze(axle::gather(a.x, 1, axle::unsqueeze(safe_targets(a, ignore_index), 1)), 1);
     axle::Tensor per = axle::neg(axle::mul(picked, wt));
     total = reduction == 0 ? scalar(0, axle::kFloat32) : axle::sum(wt);
     out = reduction == 0 ? per : reduction == 2 ? axle::sum(per) : axle::div(axle::sum(per), total);
@@ -660,11 +670,10 @@ Tensor nll_loss_backward(const Tensor& grad_output, const Tensor& self, const Te
     gx = ops::call1(OpKind::NllLossBackward, {g, a.t, a.x}, {.ints = {reduction, ignore_index}});
   } else {
     axle::Tensor wt = target_weights(a, w, ignore_index);
-    axle::Tensor per = axle::neg(reduction == 0 ? axle::mul(g, wt) : axle::mul(wt, g));
+    axle::Tensor per = axle::neg(axle::mul(wt, g));  // d loss / d x[t]; 0 at ignored targets
     if (reduction == 1) per = axle::div(per, ax(total_weight, op));
-    axle::Tensor safe = axle::where(axle::ne(wt, 0.0), a.t, scalar(0, axle::kInt64));
-    axle::Tensor zeros = axle::mul(a.x, 0.0);
-    gx = axle::scatter(zeros, 1, axle::unsqueeze(safe, 1), axle::unsqueeze(per, 1));
+    axle::Tensor zeros = axle::expand(scalar(0, axle::kFloat32), a.x.shape());
+    gx = axle::scatter(zeros, 1, axle::unsqueeze(safe_targets(a, ignore_index), 1), axle::unsqueeze(per, 1));
   }
   return wrap(a.unbatched ? axle::squeeze(gx, 0) : gx);
 }
@@ -673,8 +682,19 @@ Tensor threshold_backward(const Tensor& grad_output, const Tensor& self, const a
   // grad where self > threshold, 0 elsewhere (a NaN self passes the gradient, as PyTorch's).
   at::ScalarType rt = at::result_type(grad_output, self);
   axle::Tensor g = cast_to(ax(grad_output, "threshold_backward"), rt), x = ax(self, "threshold_backward");
+  // ReLU's (threshold 0): axle's relu_backward, which the compiler fuses into a max pooling's
+  // backward before it.
+  if (threshold.toDouble() == 0 && g.dtype() == axle::kFloat32 && x.dtype() == axle::kFloat32 && g.shape() == x.shape())
+    return wrap(ops::call1(OpKind::ReluBackward, {g, x}));
   axle::Tensor mask = axle::le(x, scalar(threshold.toDouble(), x.dtype()));
   return wrap(axle::where(mask, scalar(0, g.dtype()), g));
+}
+
+Tensor threshold(const Tensor& self, const at::Scalar& threshold, const at::Scalar& value) {
+  // x <= threshold ? value : x
+  axle::Tensor x = ax(self, "threshold");
+  axle::Tensor mask = axle::le(x, scalar(threshold.toDouble(), x.dtype()));
+  return wrap(axle::where(mask, scalar(value.toDouble(), x.dtype()), x));
 }
 
 std::tuple<Tensor, Tensor> native_dropout(const Tensor& input, double p, optional<bool> train) {
@@ -762,7 +782,7 @@ FlatIndex flat_index(const Tensor& self, const c10::List<optional<Tensor>>& indi
   axle::Shape bs;
   for (int64_t j = 0; j < f.count; ++j) {
     const axle::Shape& s = idx[size_t(f.start + j)].shape();
-    bs = bs.empty() && j == 0 ? s : ops::broadcast_shape(bs, s, "index");
+    bs = j == 0 ? s : ops::broadcast_shape(bs, s, "index");
   }
   axle::Tensor flat;
   for (int64_t j = 0; j < f.count; ++j) {
@@ -829,6 +849,58 @@ Tensor index_put_impl(const Tensor& self, const c10::List<optional<Tensor>>& ind
   return axle_py::index_put(self, indices, values, accumulate);
 }
 
+// ------------------------------------------------------------------ view backwards
+// PyTorch's composite kernels of these write the gradient through a view of a zeros tensor
+// (zeros.slice(...).copy_(grad)); below functionalization a view of an xla tensor is a new
+// value, so that write would be lost: they are built from values here.
+
+/// zeros of `sizes` with `grad` at start, start + step, ... along dim.
+Tensor slice_backward(const Tensor& grad, IntArrayRef input_sizes, int64_t dim, int64_t start, int64_t end,
+                      int64_t step) {
+  axle::Tensor g = ax(grad, "slice_backward");
+  const int64_t rank = int64_t(input_sizes.size());
+  dim = c10::maybe_wrap_dim(dim, rank);
+  TORCH_CHECK(step > 0, "slice step must be positive");
+  const int64_t n = input_sizes[size_t(dim)], k = g.size(dim);
+  auto zeros = [&](int64_t len) {
+    axle::Shape s = g.shape();
+    s[size_t(dim)] = len;
+    return axle::expand(scalar(0, g.dtype()), s);
+  };
+  if (step > 1 && k > 0) {  // interleave step - 1 zeros after each element: [.., k, step, ..] -> [.., k * step, ..]
+    axle::Tensor u = axle::unsqueeze(g, dim + 1);
+    axle::Shape zs = u.shape();
+    zs[size_t(dim + 1)] = step - 1;
+    u = axle::cat({u, axle::expand(scalar(0, g.dtype()), zs)}, dim + 1);
+    axle::Shape flat = g.shape();
+    flat[size_t(dim)] = k * step;
+    g = axle::slice(axle::reshape(u, flat), dim, 0, (k - 1) * step + 1);
+  }
+  std::vector<axle::Tensor> parts;
+  start = std::clamp<int64_t>(start < 0 ? start + n : start, 0, n);
+  const int64_t after = n - start - g.size(dim);
+  TORCH_CHECK(after >= 0, "slice_backward: a gradient of ", grad.sizes(), " does not fit input sizes ", input_sizes,
+              " at ", start, " along dim ", dim);
+  if (start > 0) parts.push_back(zeros(start));
+  parts.push_back(g);
+  if (after > 0) parts.push_back(zeros(after));
+  return wrap(parts.size() == 1 ? g : axle::cat(parts, dim));
+}
+
+Tensor select_backward(const Tensor& grad, IntArrayRef input_sizes, int64_t dim, int64_t index) {
+  dim = c10::maybe_wrap_dim(dim, int64_t(input_sizes.size()));
+  if (index < 0) index += input_sizes[size_t(dim)];
+  Tensor g = wrap(axle::unsqueeze(ax(grad, "select_backward"), dim));
+  return axle_py::slice_backward(g, input_sizes, dim, index, index + 1, 1);
+}
+
+/// new_empty_strided (functionalization's buffer for a write through a view): zeros, contiguous.
+Tensor new_empty_strided(const Tensor& self, IntArrayRef size, IntArrayRef, optional<at::ScalarType> dtype,
+                         optional<at::Layout>, optional<at::Device>, optional<bool>) {
+  axle::DType t = to_axle_dtype(dtype.value_or(self.scalar_type()), "new_empty_strided");
+  return wrap(axle::expand(scalar(0, t), vec(size)));
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, XLA, m) {
@@ -857,9 +929,13 @@ TORCH_LIBRARY_IMPL(aten, XLA, m) {
   m.impl("nll_loss_backward", TORCH_FN(nll_loss_backward));
   m.impl("nll_loss2d_forward", TORCH_FN(nll_loss_forward));
   m.impl("nll_loss2d_backward", TORCH_FN(nll_loss_backward));
+  m.impl("threshold", TORCH_FN(threshold));
   m.impl("threshold_backward", TORCH_FN(threshold_backward));
   m.impl("native_dropout", TORCH_FN(native_dropout));
   m.impl("native_dropout_backward", TORCH_FN(native_dropout_backward));
+  m.impl("slice_backward", TORCH_FN(slice_backward));
+  m.impl("new_empty_strided", TORCH_FN(new_empty_strided));
+  m.impl("select_backward", TORCH_FN(select_backward));
   m.impl("index.Tensor", TORCH_FN(index_tensor));
   m.impl("index_put", TORCH_FN(index_put));
   m.impl("_index_put_impl", TORCH_FN(index_put_impl));
