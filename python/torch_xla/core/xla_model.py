@@ -69,10 +69,10 @@ def is_master_ordinal(local=True):
     return (runtime.local_ordinal() if local else runtime.global_ordinal()) == 0
 
 
-def master_print(*args, fd=sys.stdout, local=False, flush=False):
-    """``print`` on the master process only (this one)."""
+def master_print(*args, fd=None, local=False, flush=False):
+    """``print`` (to ``fd``, default sys.stdout) on the master process only (this one)."""
     if is_master_ordinal(local=local):
-        print(*args, file=fd, flush=flush)
+        print(*args, file=sys.stdout if fd is None else fd, flush=flush)
 
 
 def mark_step(wait=False, reset_scope=True):
