@@ -16,10 +16,10 @@ import torch.nn as nn  # noqa: E402
 import torch_xla  # noqa: E402,F401
 
 torch.manual_seed(args.seed)
-# The snippet takes these as given. The model is moved to xla before the optimizer is built:
-# moving a model to another device type makes new Parameter objects (the snippet's own
-# model.to('xla') is then a no-op).
-model = fmnist.make_model(args.model).to('xla')
+# The snippet takes these as given. The model is still on the cpu: the snippet's model.to('xla')
+# moves it, and the optimizer built here keeps working (axle moves each tensor into its existing
+# Parameter object, so the optimizer's references stay valid).
+model = fmnist.make_model(args.model)
 optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
 loss_fn = nn.CrossEntropyLoss()
 recorder = fmnist.LossRecorder()
