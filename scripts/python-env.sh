@@ -60,13 +60,13 @@ exec 9>"$VENV.lock"
 flock 9
 
 # --- 1. the venv ---------------------------------------------------------------------------------
-if [ -e "$VENV" ] && ! "$VENV/bin/python" -c '' 2>/dev/null; then
+if [ -n "$(ls -A "$VENV" 2>/dev/null)" ] && ! "$VENV/bin/python" -c '' 2>/dev/null; then
   # Unusable (Debian's python3 moved to another minor version, or an interrupted creation).
   [ -f "$VENV/pyvenv.cfg" ] || { say "ERROR: $VENV exists and is not a venv; move it away"; exit 1; }
   say "$VENV does not run; making it again"
-  rm -rf --one-file-system "$VENV"
+  find "$VENV" -mindepth 1 -maxdepth 1 -exec rm -rf --one-file-system {} +   # it may be a mount point
 fi
-if [ ! -e "$VENV" ]; then
+if [ ! -x "$VENV/bin/python" ]; then   # absent, or an empty directory (fresh-check's mount)
   t0=$SECONDS
   "$PY" -m venv "$VENV"
   say "made the venv $VENV with $($PY --version) in $((SECONDS - t0)) s"
