@@ -60,8 +60,9 @@ exec 9>"$VENV.lock"
 flock 9
 
 # --- 1. the venv ---------------------------------------------------------------------------------
-if [ -n "$(ls -A "$VENV" 2>/dev/null)" ] && ! "$VENV/bin/python" -c '' 2>/dev/null; then
-  # Unusable (Debian's python3 moved to another minor version, or an interrupted creation).
+PYVER=$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+if [ -n "$(ls -A "$VENV" 2>/dev/null)" ] && { ! "$VENV/bin/python" -c '' 2>/dev/null || [ ! -d "$VENV/lib/python$PYVER" ]; }; then
+  # Unusable: made by another python3 minor version than Debian's now, or broken.
   [ -f "$VENV/pyvenv.cfg" ] || { say "ERROR: $VENV exists and is not a venv; move it away"; exit 1; }
   say "$VENV does not run; making it again"
   find "$VENV" -mindepth 1 -maxdepth 1 -exec rm -rf --one-file-system {} +   # it may be a mount point
