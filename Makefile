@@ -6,8 +6,10 @@ CMAKE_FLAGS ?=
 # arguments for `make test` (e.g. "-R 'Core|Cli'").
 TRAIN_ARGS ?=
 CTEST_ARGS ?=
+# The Python package's virtual environment (make python), outside the tree.
+AXLE_VENV ?= $(HOME)/.cache/axle/venv-torch-2.15.0
 
-.PHONY: deps configure build train test test-repeat test-asan bench fuzz fresh-check clean
+.PHONY: deps configure build python train test test-repeat test-asan bench fuzz fresh-check clean
 
 deps:
 	@bash scripts/install-deps.sh
@@ -20,10 +22,19 @@ configure: deps $(BUILD)/build.ninja
 build: configure
 	cmake --build $(BUILD) -j $(JOBS)
 
+# The Python package (python/, axle as PyTorch's xla device): a venv outside the tree with the
+# pinned torch==2.15.0 (created on first use, ~5.4 GB), the extension built in place against
+# $(BUILD)'s libaxle.so, the package installed editable (scripts/python-env.sh says how and why),
+# and $(BUILD)/python-venv linked to the venv: the Python tests' ctest entries run its python.
+python: build
+	@AXLE_VENV="$(AXLE_VENV)" AXLE_BUILD_DIR="$(BUILD)" JOBS=$(JOBS) bash scripts/python-env.sh
+
 train: build
 	$(BUILD)/bin/axle-train --model cnn --epochs 1 $(TRAIN_ARGS)
 
-test: build
+# Every test: the C++ programs, the examples, the layering and the Python tests (python/tests,
+# one ctest entry per file, python.test_*), all under one ctest -j.
+test: build python
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) $(CTEST_ARGS)
 
 # Every GoogleTest program twice in one process, in a shuffled order: a test that counts
@@ -36,7 +47,10 @@ test-repeat: build
 	  if {} --gtest_shuffle --gtest_repeat=2 --gtest_brief=1 >$$log 2>&1; then echo "ok     {}"; \
 	  else echo "FAILED {}"; cat $$log; exit 1; fi'
 
-# The unit tests under AddressSanitizer + UndefinedBehaviorSanitizer, in build-asan/.
+# The unit tests under AddressSanitizer + UndefinedBehaviorSanitizer, in build-asan/. Not the
+# Python tests: the interpreter and torch are not sanitized (an ASan libaxle.so would need
+# libasan preloaded into python, and its reports would be CPython's and torch's), and the axle
+# code they reach is the code the C++ tests run here.
 # -O1 -g1 (line tables: reports still name file:line): the sanitized build compiles in half
 # the time of -O2 -g (measured: 70 s vs 140 s of CPU for tests/test_nn.cpp), and CI builds it
 # from scratch on 2 cores.

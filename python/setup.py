@@ -18,6 +18,13 @@ with open(os.path.join(here, "axle", "_build_info.py"), "w") as f:
     f.write("# Written by setup.py: the libaxle.so this extension was linked against.\n")
     f.write(f"LIBAXLE = {os.path.join(libdir, 'libaxle.so')!r}\n")
 
+# setuptools rebuilds the extension only when a source or one of `depends` is newer than it (and
+# then ninja recompiles only what its depfiles say changed): the headers it may include, axle's
+# public and internal ones too, so a changed header is never left out of a rebuilt _C.
+depends = sorted(glob.glob(os.path.join("csrc", "*.h")) +
+                 [f for pattern in ("include/**/*.h", "src/**/*.h", "src/**/*.def", "src/**/*.inc")
+                  for f in glob.glob(os.path.join(root, pattern), recursive=True)])
+
 setup(
     name="axle",
     version="0.1.0",
@@ -29,6 +36,7 @@ setup(
         CppExtension(
             "axle._C",
             sorted(glob.glob(os.path.join("csrc", "*.cpp"))),
+            depends=depends,
             include_dirs=[os.path.join(root, "include"), os.path.join(root, "src"), os.path.join(here, "csrc")],
             library_dirs=[libdir],
             libraries=["axle"],

@@ -14,11 +14,21 @@
 #      make train TRAIN_ARGS="--max-steps 50"
 #      make test CTEST_ARGS="-R <quick suites>"
 #    A package missing from scripts/install-deps.sh fails the build or a test there.
+#    `make test` makes the Python venv there (make python: PyTorch 2.15 and the extension) and
+#    runs python.test_device of the Python tests in the quick subset.
 #    AXLE_FRESH_CTEST=. runs the whole suite instead, and AXLE_FRESH_REPEAT=1 adds
 #    `make test-repeat` (CI does both: one Release build serves all three).
 #
+# The pinned Python wheels (about 2.9 GB) come from the host's download cache of `make python`,
+# $AXLE_PIP_CACHE (default ~/.cache/axle/pip of the user running this), mounted at the root's
+# /root/.cache/axle/pip: torch is downloaded once per machine, by whichever runs first (as root
+# here, the files are then handed to that user). The venv is made afresh in the root, as the
+# README's commands make it: that proves python3-venv, python3-dev and the pins (about a minute
+# of installing from the cache, plus the extension's build). AXLE_FRESH_KEEP_VENV=1 keeps it in
+# $AXLE_FRESH_CACHE/venv between runs instead (for repeated runs by hand; CI does not).
+#
 # Needs root (debootstrap, chroot, mount); runs itself in a private mount namespace, and a
-# trap unmounts /proc, /sys, /dev, /dev/pts, /dev/shm and the .deb cache on every exit path.
+# trap unmounts /proc, /sys, /dev, /dev/pts, /dev/shm, the .deb and wheel caches on every exit path.
 set -euo pipefail
 
 [ $# -eq 1 ] || { echo "usage: $0 ROOT_DIR" >&2; exit 2; }
@@ -33,10 +43,15 @@ ARCH=$(dpkg --print-architecture)
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 ROOT=$(realpath -m "$1")
 CACHE=${AXLE_FRESH_CACHE:-/var/cache/axle-fresh-check}
+# The invoking user's wheel cache (sudo: SUDO_USER's home, whatever HOME sudo left).
+owner_home=$HOME
+[ -z "${SUDO_USER:-}" ] || owner_home=$(getent passwd "$SUDO_USER" | cut -d: -f6)
+PIP_CACHE=$(realpath -m "${AXLE_PIP_CACHE:-$owner_home/.cache/axle/pip}")
+VENV_IN_ROOT=/root/.cache/axle/venv-torch-2.15.0   # python-env.sh's default for HOME=/root
 # Quick suites of `make test`, one of them driving the axle-train binary, and the layering
 # tests (they need python3 and nm: python3-minimal and binutils).
 # (No '$' in it: make would expand it.)
-CTEST_SUBSET=${AXLE_FRESH_CTEST:-'^(Core|Serialize|Passes|ReadIdx|FashionMNIST|DataLoader)[.]|^Cli[.]Help|^example_01_single_device|^layering'}
+CTEST_SUBSET=${AXLE_FRESH_CTEST:-'^(Core|Serialize|Passes|ReadIdx|FashionMNIST|DataLoader)[.]|^Cli[.]Help|^example_01_single_device|^layering|^python[.]test_device'}
 log() { echo "fresh-check: $*" >&2; }
 
 stage=setup
@@ -59,6 +74,8 @@ cleanup() {
   if grep -q " $ROOT/" /proc/self/mounts; then
     log "ERROR: mounts left under $ROOT:"; grep " $ROOT/" /proc/self/mounts >&2; rc=1
   fi
+  # Wheels downloaded in the root as root belong to the user whose cache it is.
+  [ -z "${SUDO_UID:-}" ] || [ -n "${AXLE_PIP_CACHE:-}" ] || [ ! -d "$PIP_CACHE" ] || chown -R "$SUDO_UID:$SUDO_GID" "$PIP_CACHE"
   if [ "$rc" -ne 0 ]; then
     log "FAILED during '$stage' (exit $rc)"
   else
@@ -164,6 +181,13 @@ mount_in /dev --bind /dev
 mount_in /dev/pts --bind /dev/pts
 mount_in /dev/shm -t tmpfs -o mode=1777,nosuid,nodev tmpfs   # POSIX shm (the dist code)
 mount_in /var/cache/apt/archives --bind "$CACHE/archives"
+mkdir -p "$PIP_CACHE" "$ROOT/root/.cache/axle/pip"
+mount_in /root/.cache/axle/pip --bind "$PIP_CACHE"
+if [ "${AXLE_FRESH_KEEP_VENV:-0}" = 1 ]; then
+  mkdir -p "$CACHE/venv" "$ROOT$VENV_IN_ROOT"
+  mount_in "$VENV_IN_ROOT" --bind "$CACHE/venv"
+fi
+log "Python wheels from $PIP_CACHE ($(du -sh "$PIP_CACHE" | cut -f1)); venv $([ "${AXLE_FRESH_KEEP_VENV:-0}" = 1 ] && echo "kept in $CACHE/venv" || echo "made afresh")"
 
 stage="inside the fresh root"
 t0=$SECONDS

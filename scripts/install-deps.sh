@@ -14,6 +14,7 @@ PKGS=(
   clang libclang-rt-14-dev   # libFuzzer for the safetensors fuzz test
   iproute2             # `ip netns` for the two-host test (tests/test_multihost.cpp)
   python3-minimal      # the layering tests (tests/layering.py); binutils (nm) comes with g++
+  python3-venv python3-dev   # make python: Debian's venv for the pinned torch, Python.h for axle._C
 )
 missing=()
 for p in "${PKGS[@]}"; do

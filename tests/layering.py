@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""The layering test: no file in src/ or include/ includes a header of a higher layer,
+"""The layering test: no file in src/, include/ or python/ (the extension's C++ sources,
+python/csrc) includes a header of a higher layer,
 and (given the objects) no layer's code calls a function defined in a higher layer.
 
 The layers and the paths each owns are in src/LAYERS (the one place the rule is written;
@@ -18,7 +19,7 @@ import re
 import subprocess
 import sys
 
-SCANNED = ("src", "include")
+SCANNED = ("src", "include", "python")
 EXTENSIONS = (".h", ".hpp", ".cpp", ".cc", ".def", ".inc")
 INCLUDE = re.compile(r'^\s*#\s*include\s*(?:"([^"]+)"|<(axle/[^>]+)>)')
 
