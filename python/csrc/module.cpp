@@ -121,6 +121,7 @@ PYBIND11_MODULE(_C, m) {
         {"bytes_used", mi.bytes_used}, {"bytes_limit", mi.bytes_limit}, {"peak_bytes_used", mi.peak_bytes_used}};
   });
   m.def("_is_axle_tensor", [](const at::Tensor& t) { return is_xla(t); });
+  { void init_dist(py::module_&); init_dist(m); }  // dist.cpp: launch, the xla process group, xm collectives
 }
 
 #pragma GCC diagnostic pop
