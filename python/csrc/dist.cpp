@@ -22,6 +22,9 @@
 #include <torch/extension.h>
 #include <torch/library.h>
 
+#include <dlfcn.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <map>
 #include <stdexcept>
@@ -33,6 +36,8 @@
 #include "axle/runtime.h"
 #include "axle/xm.h"
 #include "bridge.h"
+
+extern char** environ;
 
 namespace axle_py {
 namespace {
@@ -429,6 +434,20 @@ TORCH_LIBRARY_IMPL(c10d, Functionalize, m) {
 
 // ---------------------------------------------------------------- launch
 
+/// libaxle.so is loaded with RTLD_DEEPBIND (axle/__init__.py), so its `environ` binds to libc's
+/// own definition, not to the copy the python executable's copy relocation made (which libc
+/// itself uses): libc's original stays NULL and axle::launch would spawn from it. Point it at the
+/// live environment before each launch.
+void share_environ_with_libaxle() {
+  void* libc = ::dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD);
+  if (!libc) return;
+  for (const char* name : {"environ", "__environ"}) {
+    auto** p = static_cast<char***>(::dlsym(libc, name));
+    if (p && *p != environ) *p = environ;
+  }
+  ::dlclose(libc);
+}
+
 /// A Python exception in a launched function, as a C++ one (launch() reports its text).
 std::function<void(int)> python_fn(py::function fn) {
   auto held = std::make_shared<py::function>(std::move(fn));
@@ -437,7 +456,9 @@ std::function<void(int)> python_fn(py::function fn) {
     try {
       (*held)(index);
     } catch (py::error_already_set& e) {
-      std::string msg = e.what();
+      // "ValueError: message": the traceback was printed by the launched function's wrapper.
+      std::string msg = py::str(e.type().attr("__name__")).cast<std::string>() + ": " +
+                        py::str(e.value()).cast<std::string>();
       e.restore();
       PyErr_Clear();
       throw std::runtime_error(msg);
@@ -460,6 +481,7 @@ void init_dist(py::module_& m) {
       "_launch",
       [](py::function fn, int nprocs, bool debug_single_process, double timeout_s, bool prefix_output) {
         auto f = python_fn(std::move(fn));
+        share_environ_with_libaxle();
         py::gil_scoped_release nogil;
         axle::launch(f, {.nprocs = nprocs,
                          .debug_single_process = debug_single_process,

@@ -64,6 +64,30 @@ def runs(tmp_path_factory):
     return {"one": one, "xm2": xm2, "ddp2": ddp2, "graphs": graphs, "out_xm": p_xm.stdout, "out_ddp": p_ddp.stdout}
 
 
+def test_torchrun_variables_make_each_process_one_rank(runs, tmp_path):
+    # Two processes started by hand as torchrun would (RANK, WORLD_SIZE, LOCAL_RANK,
+    # MASTER_ADDR:MASTER_PORT): launch spawns nothing, xla:// takes the ranks from them, and the
+    # TCP store and Gloo's TCP path give the losses of launch's children.
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    e = dict(os.environ)
+    e["PYTHONPATH"] = PYDIR + os.pathsep + e.get("PYTHONPATH", "")
+    procs = []
+    for r in (0, 1):
+        env = dict(e, RANK=str(r), WORLD_SIZE="2", LOCAL_RANK=str(r), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        procs.append(subprocess.Popen([sys.executable, os.path.join(PROGS, "train_mlp.py"), "ddp", "0", str(tmp_path)],
+                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    outs = [p.communicate(timeout=240)[0] for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs
+    for r in (0, 1):
+        with open(tmp_path / f"ddp-2-{r}.json") as f:
+            assert json.load(f)["losses"] == runs["ddp2"][r]["losses"]
+        assert not re.search(r"^\[rank \d+\] ", outs[r], re.M)  # nothing was spawned: no relayed lines
+
+
 def test_launch_prefixes_each_rank_output(runs):
     for r in (0, 1):
         assert f"[rank {r}] rank {r} of 2: losses" in runs["out_xm"], runs["out_xm"]
@@ -103,8 +127,10 @@ def test_ddp_all_reduce_is_in_the_step_graph(runs):
         for path, n, text in step_graphs:
             assert n == 1, (path, n)
             assert "matmul" in text or "linear" in text or "mm" in text, path
-        # no c10d op fell back to the cpu (a host round trip per tensor)
-        assert not runs["ddp2"][rank]["counters"], runs["ddp2"][rank]["counters"]
+        # no c10d op fell back to the cpu (a host round trip per tensor); one all-reduce ran per step
+        counters = runs["ddp2"][rank]["counters"]
+        assert not [k for k in counters if k.startswith("c10d::")], counters
+        assert counters.get("CollectiveAllReduce") == len(runs["ddp2"][rank]["losses"]), counters
 
 
 def _leftovers(token):
@@ -153,6 +179,29 @@ def test_exception_in_child_names_the_rank_and_the_error():
     assert took < 60
 
 
+def test_ctrl_c_stops_every_rank():
+    import signal
+
+    token = "axle-test-" + uuid.uuid4().hex
+    e = dict(os.environ)
+    e["PYTHONPATH"] = PYDIR + os.pathsep + e.get("PYTHONPATH", "")
+    p = subprocess.Popen([sys.executable, os.path.join(PROGS, "faults.py"), "sleeps", token], env=e,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while len(_leftovers(token)) < 3 and time.monotonic() < deadline:  # the parent and its 2 ranks
+        time.sleep(0.2)
+    assert len(_leftovers(token)) == 3
+    time.sleep(1)
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode != 0
+    assert "KeyboardInterrupt" in err, err
+    deadline = time.monotonic() + 5
+    while _leftovers(token) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _leftovers(token)
+
+
 @pytest.mark.parametrize("case", ["device_before_launch", "tensor_before_launch"])
 def test_device_before_launch_is_refused(case):
     p, _ = fault(case)
@@ -166,3 +215,9 @@ def test_xmp_spawn_works_and_is_deprecated():
     assert p.returncode == 0, p.stdout + p.stderr
     assert "[rank 1] sum [3.0, 3.0, 3.0] world 2 rank 1" in p.stdout
     assert "DeprecationWarning: torch_xla.distributed.xla_multiprocessing.spawn is deprecated" in p.stdout, p.stdout
+
+
+def test_xm_and_torch_distributed_collectives_give_the_right_values():
+    p, _ = fault("xm_collectives")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert p.stdout.count("xm collectives ok") == 2, p.stdout

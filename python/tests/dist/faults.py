@@ -29,6 +29,60 @@ def raises(index, token):
     time.sleep(120)
 
 
+def sleeps(index, token):
+    print("ready", flush=True)
+    time.sleep(120)
+
+
+def xm_collectives(index, token):
+    r, w = xm.global_ordinal(), xm.world_size()
+    x = torch.arange(6, dtype=torch.float32).reshape(2, 3) + 10 * r
+    xx = x.to("xla")
+    checks = {
+        "all_reduce": (xm.all_reduce(xm.REDUCE_SUM, xx, scale=0.5).cpu(), (x - 10 * r) * 2 * 0.5 + 5),
+        "all_reduce_max": (xm.all_reduce(xm.REDUCE_MAX, xx).cpu(), x - 10 * r + 10),
+        "all_gather0": (xm.all_gather(xx).cpu(), torch.cat([x - 10 * r, x - 10 * r + 10], 0)),
+        "all_gather1": (xm.all_gather(xx, dim=1).cpu(), torch.cat([x - 10 * r, x - 10 * r + 10], 1)),
+        "reduce_scatter": (xm.reduce_scatter(xm.REDUCE_SUM, xx, 1.0, 0, w).cpu(), ((x - 10 * r) * 2 + 10)[r:r + 1]),
+        "broadcast": (xm.broadcast(xx, 1).cpu(), x - 10 * r + 10),
+        "cpu_all_reduce": (xm.all_reduce(xm.REDUCE_SUM, x), (x - 10 * r) * 2 + 10),
+    }
+    inplace = [xx.clone(), torch.ones(2, dtype=torch.int64, device="xla")]
+    xm.all_reduce(xm.REDUCE_SUM, inplace)
+    checks["in_place"] = (inplace[0].cpu(), (x - 10 * r) * 2 + 10)
+    checks["in_place_int"] = (inplace[1].cpu(), torch.full((2,), 2, dtype=torch.int64))
+    for name, (got, want) in checks.items():
+        assert torch.equal(got, want), (name, got, want)
+    assert xm.rendezvous("tag", f"from {r}".encode()) == [b"from 0", b"from 1"]
+    assert xm.mesh_reduce("loss", float(r + 1), sum) == 3.0
+    # torch.distributed on the xla group: list and tensor forms
+    import torch.distributed as dist
+    import torch_xla.distributed.xla_backend  # noqa: F401
+
+    dist.init_process_group("xla", init_method="xla://")
+    t = xx.clone()
+    dist.all_reduce(t, op=dist.ReduceOp.AVG)
+    outs = [torch.zeros(2, 3, device="xla") for _ in range(w)]
+    dist.all_gather(outs, xx)
+    rs = torch.zeros(1, 3, device="xla")
+    dist.reduce_scatter_tensor(rs, xx)
+    rl = torch.zeros(2, 3, device="xla")
+    dist.reduce_scatter(rl, [xx, xx + 1])
+    b = xx.clone()
+    dist.broadcast(b, src=0)
+    v = xx.clone()
+    dist.all_reduce(v[1])  # through a view: its base sees it
+    dist.barrier()
+    base = x - 10 * r
+    assert torch.equal(t.cpu(), base + 5)
+    assert torch.equal(outs[1].cpu(), base + 10)
+    assert torch.equal(rs.cpu(), (base * 2 + 10)[r:r + 1])
+    assert torch.equal(rl.cpu(), base * 2 + 10 + w * r)  # input r + r on each rank
+    assert torch.equal(b.cpu(), base)
+    assert torch.equal(v.cpu(), torch.stack([x[0], base[1] * 2 + 10]))
+    print("xm collectives ok", flush=True)
+
+
 def works(index, token):
     x = torch.full((3,), float(index + 1), device="xla")
     s = xm.all_reduce(xm.REDUCE_SUM, x)

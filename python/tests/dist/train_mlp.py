@@ -67,7 +67,9 @@ def _mp_fn(index, mode, out):
             opt.step()
         axle._C._sync()  # the step boundary (torch_xla.step() / torch_xla.sync())
         losses.append(loss.item())
-    counters = {k: v for k, v in axle._C._counters().items() if "c10d" in k or "allreduce" in k.lower()}
+    # c10d::<op> would be a collective that fell back to the cpu; CollectiveAllReduce counts
+    # the all-reduces that ran (in graphs).
+    counters = {k: v for k, v in axle._C._counters().items() if k.startswith("c10d::") or k == "CollectiveAllReduce"}
     with open(os.path.join(out, f"{mode}-{world}-{rank}.json"), "w") as f:
         json.dump({"losses": losses, "counters": counters}, f)
     print(f"rank {rank} of {world}: losses {losses[0]:.6f} .. {losses[-1]:.6f}")

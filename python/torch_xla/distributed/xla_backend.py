@@ -44,7 +44,9 @@ def _register():
         # cpu too: dist.barrier() and DDP's bookkeeping send cpu tensors, and a user's cpu
         # metrics should not need a second group.
         dist.Backend.register_backend("xla", _create_xla_process_group, devices=["xla", "cpu"])
-    from torch.distributed import rendezvous as _rdzv
+    import importlib
+
+    _rdzv = importlib.import_module("torch.distributed.rendezvous")
 
     if "xla" not in _rdzv._rendezvous_handlers:
         dist.register_rendezvous_handler("xla", _xla_rendezvous_handler)
