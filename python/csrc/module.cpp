@@ -80,7 +80,10 @@ TORCH_LIBRARY_IMPL(_, XLA, m) { m.fallback(torch::CppFunction::makeFromBoxedFunc
 namespace py = pybind11;
 using namespace axle_py;
 
-namespace axle_py { void init_spmd(py::module_& m); }  // spmd.cpp
+namespace axle_py {
+void init_spmd(py::module_& m);  // spmd.cpp
+}
+void init_dist(py::module_& m);  // dist.cpp
 
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
@@ -146,6 +149,7 @@ PYBIND11_MODULE(_C, m) {
   });
   m.def("_is_axle_tensor", [](const at::Tensor& t) { return is_xla(t); });
   init_spmd(m);  // axle._C._spmd (spmd.cpp)
+  init_dist(m);  // dist.cpp: launch, the xla process group, xm collectives
 }
 
 #pragma GCC diagnostic pop

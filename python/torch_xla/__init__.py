@@ -17,6 +17,8 @@ import axle  # noqa: F401  (checks the environment, loads the device)
 from .torch_xla import compile, device, device_count, devices, manual_seed, step, sync  # noqa: F401
 from . import experimental  # noqa: F401,E402  (torch_xla.experimental.eager_mode without an import)
 from . import runtime  # noqa: F401,E402
+from . import _XLAC  # noqa: F401,E402  (torch_xla._XLAC._get_xla_sharding_spec after `import torch_xla`)
+from ._launch import launch  # noqa: F401,E402
 
 __all__ = ["device", "devices", "device_count", "sync", "step", "compile", "manual_seed", "experimental",
-           "runtime"]
+           "runtime", "launch"]

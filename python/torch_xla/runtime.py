@@ -1,11 +1,15 @@
-"""torch_xla.runtime (xr): the runtime's shape. axle runs one process with one device: the
-process is the master, its ordinal is 0 and the world has one member. Multi-process runs
-(torch_xla.launch) come with the distributed work."""
+"""torch_xla.runtime (xr): the runtime's shape. Each process of a torch_xla.launch job has one
+device, xla:0; world_size / global_ordinal / local_ordinal come from the launch (1 / 0 / 0
+alone); under SPMD (use_spmd) one process drives global_runtime_device_count() devices."""
 
 __all__ = ["device_type", "world_size", "global_ordinal", "local_ordinal", "addressable_device_count",
            "global_device_count", "local_device_count", "global_runtime_device_count",
            "addressable_runtime_device_count", "local_process_count", "process_index", "process_count",
-           "host_index", "is_spmd", "using_pjrt", "xla_device"]
+           "host_index", "is_spmd", "use_spmd", "using_pjrt", "xla_device"]
+
+from ._spmd_runtime import (addressable_runtime_device_count, global_runtime_device_count, is_spmd,  # noqa: E402
+                            use_spmd)
+from .core._xm_dist import global_ordinal, local_ordinal, world_size  # noqa: E402
 
 
 def device_type():
@@ -13,19 +17,10 @@ def device_type():
     return "CPU"
 
 
-def world_size():
-    """Processes taking part in the replication: 1."""
-    return 1
 
 
-def global_ordinal():
-    """This process's rank among all processes: 0."""
-    return 0
 
 
-def local_ordinal():
-    """This process's rank on its host: 0."""
-    return 0
 
 
 def addressable_device_count():
@@ -41,12 +36,8 @@ def local_device_count():
     return 1
 
 
-def global_runtime_device_count():
-    return 1
 
 
-def addressable_runtime_device_count():
-    return 1
 
 
 def local_process_count():
@@ -65,9 +56,6 @@ def host_index():
     return 0
 
 
-def is_spmd():
-    """SPMD is not on in this single-process API."""
-    return False
 
 
 def using_pjrt():

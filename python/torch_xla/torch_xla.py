@@ -18,6 +18,7 @@ def device(index=None):
     """
     if index not in (None, 0):
         raise IndexError(f"xla device index {index} out of range: this process has one xla device (xla:0)")
+    _C._device_requested()  # launch() refuses a parent that asked for the device (seed anti-pattern 1)
     return torch.device("xla", 0)
 
 

@@ -18,6 +18,9 @@ from axle import _C
 from .. import runtime
 from ..torch_xla import device as _device
 from ..torch_xla import sync as _sync
+from ._xm_dist import (REDUCE_MAX, REDUCE_MEAN, REDUCE_MIN, REDUCE_SUM, all_gather, all_reduce, broadcast,  # noqa: F401
+                       get_local_ordinal, get_ordinal, is_master_ordinal, mesh_reduce, optimizer_step,
+                       reduce_gradients, reduce_scatter, rendezvous, xrt_world_size)
 
 __all__ = ["xla_device", "mark_step", "optimizer_step", "get_memory_info", "save", "is_master_ordinal",
            "master_print", "xrt_world_size", "get_ordinal", "get_local_ordinal", "wait_device_ops",
@@ -48,25 +51,12 @@ def is_xla_tensor(tensor):
     return tensor.device.type == "xla"
 
 
-def xrt_world_size(defval=1):
-    """Old name of ``torch_xla.runtime.world_size()`` (DeprecationWarning): 1."""
-    _deprecated("torch_xla.core.xla_model.xrt_world_size()", "torch_xla.runtime.world_size()")
-    return runtime.world_size()
 
 
-def get_ordinal(defval=0):
-    """Old name of ``torch_xla.runtime.global_ordinal()`` (DeprecationWarning): 0."""
-    _deprecated("torch_xla.core.xla_model.get_ordinal()", "torch_xla.runtime.global_ordinal()")
-    return runtime.global_ordinal()
 
 
-def get_local_ordinal(defval=0):
-    return runtime.local_ordinal()
 
 
-def is_master_ordinal(local=True):
-    """Whether this process is the master (ordinal 0): always, with one process."""
-    return (runtime.local_ordinal() if local else runtime.global_ordinal()) == 0
 
 
 def master_print(*args, fd=None, local=False, flush=False):
@@ -98,20 +88,6 @@ def wait_device_ops(devices=[]):
     """Waits for every graph handed to the device to finish (asynchronous execution)."""
     _C._wait_device_ops()
 
-
-def optimizer_step(optimizer, barrier=False, optimizer_args={}, groups=None, pin_layout=True):
-    """``optimizer.step(**optimizer_args)`` for this process's one device; returns its result.
-
-    torch_xla all-reduces the gradients across the replicas first; with world size 1 that is
-    nothing, so this is exactly ``optimizer.step()``. It does not sync: the step boundary is the
-    ``torch_xla.step()`` block, the MpDeviceLoader's next batch or ``torch_xla.sync()``.
-    ``barrier=True`` syncs after the step (torch_xla's barrier). ``groups`` and ``pin_layout``
-    only concern the all-reduce.
-    """
-    result = optimizer.step(**optimizer_args)
-    if barrier:
-        _sync()
-    return result
 
 
 def get_memory_info(device=None):

@@ -88,19 +88,30 @@ def _stop_all():
         thread.join(timeout=5)
 
 
-def _work(loader, device, q, stop):
+def _work(loader, device, q, stop, input_sharding=None):
     """The background thread: reads `loader`, moves each batch to `device`, queues it."""
     entry = (stop, threading.current_thread())
     with _live_lock:
         _live.add(entry)
     try:
-        _produce(loader, device, q, stop)
+        _produce(loader, device, q, stop, input_sharding)
     finally:
         with _live_lock:
             _live.discard(entry)
 
 
-def _produce(loader, device, q, stop):
+def _move(batch, device, input_sharding):
+    """A batch on the device; under SPMD sharded by input_sharding (replicated without one)."""
+    from .. import runtime
+
+    if input_sharding is None and not runtime.is_spmd():
+        return _to_device(batch, device)
+    from .spmd import shard_batch
+
+    return shard_batch(batch, input_sharding)
+
+
+def _produce(loader, device, q, stop, input_sharding=None):
     try:
         it = iter(loader)
         while not stop.is_set():
@@ -112,7 +123,7 @@ def _produce(loader, device, q, stop):
                 _put(q, stop, (_ERROR, e))
                 break
             try:
-                item = (_BATCH, _to_device(batch, device))
+                item = (_BATCH, _move(batch, device, input_sharding))
             except BaseException as e:  # this batch could not be moved: it travels as its error
                 item = (_ERROR, e)
             if not _put(q, stop, item):
@@ -125,7 +136,7 @@ def _produce(loader, device, q, stop):
 class PerDeviceLoader:
     """One epoch of a loader on one device: an iterator of device batches (see the module doc)."""
 
-    def __init__(self, loader, device, device_prefetch_size=8, batches_per_execution=1):
+    def __init__(self, loader, device, device_prefetch_size=8, batches_per_execution=1, input_sharding=None):
         self._loader = loader
         self._device = _norm_device(device)
         self._per_execution = _check_positive(batches_per_execution, "batches_per_execution")
@@ -136,7 +147,7 @@ class PerDeviceLoader:
         self._synced_at = -1  # the value of _taken at the last sync
         # The thread holds the queue and the stop flag, not this object: an abandoned epoch is
         # collected, and its __del__ stops the thread.
-        self._thread = threading.Thread(target=_work, args=(loader, self._device, self._queue, self._stop),
+        self._thread = threading.Thread(target=_work, args=(loader, self._device, self._queue, self._stop, input_sharding),
                                         name="axle-MpDeviceLoader", daemon=True)
         self._thread.start()
 
@@ -194,8 +205,9 @@ class MpDeviceLoader:
     Options (torch_xla's names): ``device_prefetch_size`` (batches moved ahead, default 8),
     ``batches_per_execution`` (batches handed out between two syncs, default 1). torch_xla's
     ``loader_prefetch_size``, ``host_to_device_transfer_threads``, ``batchdim`` and
-    ``fixed_batch_size`` are accepted; one thread reads and moves here. ``input_sharding`` needs
-    SPMD, which this single-process API does not have: it raises NotImplementedError.
+    ``fixed_batch_size`` are accepted; one thread reads and moves here. ``input_sharding`` (SPMD:
+    an ``xs.ShardingSpec``, or a dict of them per batch key) shards each batch as it is moved;
+    under SPMD without it, batches arrive replicated (torch_xla's rule).
     """
 
     def __init__(self, loader, device, **kwargs):
@@ -203,9 +215,10 @@ class MpDeviceLoader:
         self._device = _norm_device(device)
         if self._device.type != "xla":
             raise ValueError(f"[MpDeviceLoader] expected an xla device, got {self._device}")
-        if kwargs.pop("input_sharding", None) is not None:
-            raise NotImplementedError("[MpDeviceLoader] input_sharding needs SPMD, which axle's single-process "
-                                      "torch_xla API does not provide")
+        self._input_sharding = kwargs.pop("input_sharding", None)
+        if self._input_sharding is not None:
+            from .spmd import check_input_sharding
+            check_input_sharding(self._input_sharding)
         self._prefetch = _check_positive(kwargs.pop("device_prefetch_size", 8), "device_prefetch_size")
         self._per_execution = _check_positive(kwargs.pop("batches_per_execution", 1), "batches_per_execution")
         for name in ("loader_prefetch_size", "host_to_device_transfer_threads"):
@@ -221,7 +234,8 @@ class MpDeviceLoader:
         if self._epoch is not None:
             self._epoch.close()  # a new epoch stops one still running
         self._epoch = PerDeviceLoader(self._loader, self._device, device_prefetch_size=self._prefetch,
-                                      batches_per_execution=self._per_execution)
+                                      batches_per_execution=self._per_execution,
+                                      input_sharding=self._input_sharding)
         return self._epoch
 
     def __len__(self):
