@@ -3,10 +3,8 @@ F.scaled_dot_product_attention, tanh-GELU MLP, tied embedding / lm_head weights,
 matrices only, clip_grad_norm_(1.0)) trains on the xla device without CPU fallbacks of its own, and
 the optimizers and LR schedulers match PyTorch's CPU results.
 
-The lowerings are in python/csrc/lower_gpt.cpp. Fallbacks still allowed here are only the ops owned by
-python/csrc/lower_nn.cpp (another branch): log_softmax, nll_loss and their backwards (cross_entropy),
-softmax (the math attention path), threshold_backward (ReLU). Once that branch is merged the set is
-empty and the same assertions hold.
+The lowerings are in python/csrc/lower_gpt.cpp; cross_entropy's log_softmax / nll_loss and the math
+attention path's softmax are lower_nn.cpp's. Every test here asserts that nothing falls back to the CPU.
 
 Run: PYTHONPATH=python $V/bin/python -m pytest python/tests/test_lowering_gpt.py
 """
@@ -22,13 +20,6 @@ import axle
 import torch_xla  # noqa: F401  (the device)
 
 XLA = torch.device("xla:0")
-
-# Owned by lower_nn.cpp (another branch): tolerated here, gone once it is merged.
-LOWER_NN_OWNED = {
-    "aten::_log_softmax", "aten::_log_softmax_backward_data", "aten::nll_loss_forward", "aten::nll_loss_backward",
-    "aten::_softmax", "aten::_softmax_backward_data", "aten::_safe_softmax", "aten::threshold_backward",
-}
-
 
 def counters():
     return dict(axle._C._counters())
@@ -163,14 +154,14 @@ def test_sdpa_takes_the_fused_kernel():
 
 @pytest.mark.parametrize("mask_kind", ["float", "bool"])
 def test_sdpa_with_mask_math_path(mask_kind):
-    # An attn_mask runs PyTorch's math path (axle's fused op has no mask operand): correct, and its
-    # only fallbacks are the softmax ops lower_nn.cpp owns.
+    # An attn_mask runs PyTorch's math path (axle's fused op has no mask operand): matmuls, and
+    # _safe_softmax's _softmax (lower_nn.cpp), isneginf and where.self_out (lower_gpt.cpp).
     torch.manual_seed(0)
     q, k, v = torch.randn(2, 3, 5, 8), torch.randn(2, 3, 7, 8), torch.randn(2, 3, 7, 6)
     mask = torch.randn(5, 7) if mask_kind == "float" else torch.rand(5, 7) > 0.3
     mask[:, 0] = 0 if mask_kind == "float" else True
     c, a, fb = run_both(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=mask.to(q.device)), q, k, v)
-    assert set(fb) <= LOWER_NN_OWNED, fb
+    assert fb == {}
     for i, name in enumerate(["out", "dq", "dk", "dv"]):
         close(a[i], c[i], rtol=1e-5, atol=5e-6, what=f"sdpa+mask {name}")
 
@@ -264,10 +255,12 @@ def adamw(m):
 
 
 def to_xla_tied(m):
-    # Module.to() gives each module a new Parameter when the tensor type changes (cpu -> xla), so the
-    # tied lm_head / embedding weight becomes two parameters (as under torch_xla); tie them again.
+    # PyTorch's Module.to() gives each module a new Parameter when the tensor type changes (cpu ->
+    # xla), which unties the lm_head / embedding weight (as under torch_xla); axle's model.to keeps
+    # the tie (axle/_module_to.py); without it, tie again.
     x = copy.deepcopy(m).to(XLA)
-    x.head.weight = x.tok.weight
+    if x.head.weight is not x.tok.weight:
+        x.head.weight = x.tok.weight
     return x
 
 
@@ -304,10 +297,9 @@ def test_gpt_trains_like_cpu():
     for i, (a, b) in enumerate(zip(lx, lc)):
         assert abs(a - b) <= 1e-4 * abs(b), f"step {i}: xla {a} cpu {b}"
     assert lc[-1] < lc[0]
-    assert set(fb) <= LOWER_NN_OWNED, fb
-    # Without fallbacks a step is one graph: the first two steps differ (optimizer state created);
-    # each fallback that remains cuts the step where it reads a value (4 per step until lower_nn.cpp).
-    assert uncached <= (3 if not fb else 3 + 2 * len(fb)), uncached
+    assert fb == {}
+    # A step is one graph: the first two differ (the optimizer's state is created in the first).
+    assert uncached <= 3, uncached
     for (n, pc), px in zip(cpu.named_parameters(), xm.parameters()):
         px, pc = px.detach().cpu(), pc.detach()
         if n.endswith("qkv.bias"):
