@@ -15,7 +15,7 @@ PTXLA=${ANCHORS_DIR:-$HOME/.cache/axle-peers}/ptxla/bin/python
 OUT=${OUT:-$ROOT/build/bench-python.jsonl}
 mkdir -p "$(dirname "$OUT")"
 : > "$OUT"
-steps_for() { case "$1" in gpt) echo "--steps 15 --warm 3" ;; *) echo "--steps 60 --warm 5" ;; esac; }
+steps_for() { case "$1" in gpt) echo "--steps 8 --warm 2" ;; *) echo "--steps 60 --warm 5" ;; esac; }
 echo "processor: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores" >&2
 for r in $(seq "$ROUNDS"); do
   for m in $MODELS; do
