@@ -7,6 +7,7 @@
 // Backward ops with an axle counterpart call it through ops::call (Conv2dBackwardInput, ...);
 // a backward that needs the forward's internal state (max pooling's workspace) recomputes the
 // forward from its input: axle's CSE merges the recompute with the forward in the step graph.
+#include <ATen/core/Reduction.h>
 #include <torch/library.h>
 
 #include <algorithm>
@@ -901,9 +902,30 @@ Tensor new_empty_strided(const Tensor& self, IntArrayRef size, IntArrayRef, opti
   return wrap(axle::expand(scalar(0, t), vec(size)));
 }
 
+// ---- mse_loss: mean((x - y)^2) (reduction 0 none, 1 mean, 2 sum: at::Reduction) ----
+Tensor mse_loss(const Tensor& self, const Tensor& target, int64_t reduction) {
+  at::ScalarType rt = at::result_type(self, target);
+  axle::Tensor d = axle::sub(cast_to(ax(self, "mse_loss"), rt), cast_to(ax(target, "mse_loss"), rt));
+  axle::Tensor sq = axle::mul(d, d);
+  if (reduction == at::Reduction::None) return wrap(sq);
+  if (sq.dim() == 0) return wrap(sq);
+  return wrap(reduction == at::Reduction::Mean ? axle::mean(sq) : axle::sum(sq));
+}
+// d/dx: 2 (x - y) grad, divided by numel for the mean
+Tensor mse_loss_backward(const Tensor& grad, const Tensor& self, const Tensor& target, int64_t reduction) {
+  at::ScalarType rt = at::result_type(self, target);
+  axle::Tensor x = cast_to(ax(self, "mse_loss_backward"), rt), y = cast_to(ax(target, "mse_loss_backward"), rt);
+  axle::Tensor d = axle::sub(x, y);
+  if (d.shape() != x.shape()) d = axle::expand(d, x.shape());
+  double k = reduction == at::Reduction::Mean && x.numel() > 0 ? 2.0 / double(d.numel()) : 2.0;
+  return wrap(axle::mul(axle::mul(d, k), ax(grad, "mse_loss_backward")));
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, XLA, m) {
+  m.impl("mse_loss", TORCH_FN(mse_loss));
+  m.impl("mse_loss_backward", TORCH_FN(mse_loss_backward));
   m.impl("convolution_overrideable", TORCH_FN(convolution_overrideable));
   m.impl("convolution_backward_overrideable", TORCH_FN(convolution_backward_overrideable));
   m.impl("max_pool2d_with_indices", TORCH_FN(max_pool2d_with_indices));

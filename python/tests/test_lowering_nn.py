@@ -450,3 +450,11 @@ def test_training_steps(name):
     state_x = model_x.state_dict()
     for k, v in model_c.state_dict().items():
         close(state_x[k], v, rtol=1e-4, what=k)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_mse_loss(reduction):
+    check(lambda x, y: F.mse_loss(x, y, reduction=reduction), randn(4, 5, seed=1), randn(4, 5, seed=2))
+    # a broadcast target (PyTorch warns) and a 0-d pair
+    check(lambda x, y: F.mse_loss(x, y.expand_as(x), reduction=reduction), randn(3, 2, seed=3), randn(2, seed=4))
+    check(lambda x, y: F.mse_loss(x, y, reduction=reduction), randn((), seed=5), randn((), seed=6))
