@@ -34,32 +34,27 @@ Tensor binary(const Tensor& a, const Tensor& b, const char* op, F f, optional<at
 double num(const at::Scalar& s) { return s.toDouble(); }
 
 // ---- add / sub / mul / div with scalars folded into axle's scalar forms ----
-Tensor add_tensor(const Tensor& a, const Tensor& b, const at::Scalar& alpha) {
+/// a + alpha * b (add.Tensor; sub.Tensor with -alpha): a number b folds into axle's scalar form.
+Tensor add_alpha(const Tensor& a, const Tensor& b, double alpha, const char* op) {
   at::ScalarType rt = at::result_type(a, b);
-  double al = num(alpha);
   if (is_number(b)) {
-    double v = b.item<double>() * al;
-    axle::Tensor x = cast_to(ax(a, "add"), rt);
+    double v = b.item<double>() * alpha;
+    axle::Tensor x = cast_to(ax(a, op), rt);
     return wrap(v == 0 ? x : axle::add(x, v));
   }
-  auto [x, y] = operands(a, b, rt, "add");
-  if (al != 1) y = axle::mul(y, al);
+  auto [x, y] = operands(a, b, rt, op);
+  if (alpha == -1) return wrap(axle::sub(x, y));
+  if (alpha != 1) y = axle::mul(y, alpha);
   return wrap(axle::add(x, y));
+}
+Tensor add_tensor(const Tensor& a, const Tensor& b, const at::Scalar& alpha) {
+  return add_alpha(a, b, num(alpha), "add");
 }
 Tensor add_scalar(const Tensor& a, const at::Scalar& b, const at::Scalar& alpha) {
   return add_tensor(a, at::scalar_to_tensor(b), alpha);
 }
 Tensor sub_tensor(const Tensor& a, const Tensor& b, const at::Scalar& alpha) {
-  at::ScalarType rt = at::result_type(a, b);
-  double al = num(alpha);
-  if (is_number(b)) {
-    double v = b.item<double>() * al;
-    axle::Tensor x = cast_to(ax(a, "sub"), rt);
-    return wrap(v == 0 ? x : axle::sub(x, v));
-  }
-  auto [x, y] = operands(a, b, rt, "sub");
-  if (al != 1) y = axle::mul(y, al);
-  return wrap(axle::sub(x, y));
+  return add_alpha(a, b, -num(alpha), "sub");
 }
 Tensor sub_scalar(const Tensor& a, const at::Scalar& b, const at::Scalar& alpha) {
   return sub_tensor(a, at::scalar_to_tensor(b), alpha);
