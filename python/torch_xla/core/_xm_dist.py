@@ -104,17 +104,8 @@ def all_gather(value, dim=0, groups=None, output=None, pin_layout=True):
     """Every process's ``value`` concatenated along ``dim`` in rank order."""
     _check_groups(groups, "all_gather")
     if value.dim() == 0:
-        out = axle._C._all_gather(value)
-    else:
-        dim = dim % value.dim()
-        x = value if dim == 0 else value.movedim(dim, 0)
-        out = axle._C._all_gather(x)
-        if dim != 0:
-            out = out.movedim(0, dim)
-    if output is not None:
-        output.copy_(out)
-        return output
-    return out
+        return _into(output, axle._C._all_gather(value))
+    return _into(output, _along_dim0(value, dim, axle._C._all_gather))
 
 
 def reduce_scatter(reduce_type, input, scale, scatter_dim, shard_count, groups=None, output=None, pin_layout=True):
@@ -133,15 +124,24 @@ def reduce_scatter(reduce_type, input, scale, scatter_dim, shard_count, groups=N
                 o.copy_(r)
             return output
         return outs
-    d = scatter_dim % input.dim()
-    x = input if d == 0 else input.movedim(d, 0)
-    out = axle._C._reduce_scatter(x, reduce_type, float(scale))
-    if d != 0:
-        out = out.movedim(0, d)
-    if output is not None:
-        output.copy_(out)
-        return output
-    return out
+    return _into(output, _along_dim0(input, scatter_dim,
+                                     lambda x: axle._C._reduce_scatter(x, reduce_type, float(scale))))
+
+
+def _along_dim0(x, dim, collective):
+    """``collective`` (which works along dim 0) applied along ``dim`` of ``x``."""
+    d = dim % x.dim()
+    if d == 0:
+        return collective(x)
+    return collective(x.movedim(d, 0)).movedim(0, d)
+
+
+def _into(output, out):
+    """``out``, or ``output`` holding it when the caller gave one (torch_xla's ``output=``)."""
+    if output is None:
+        return out
+    output.copy_(out)
+    return output
 
 
 def broadcast(value, src=0):
