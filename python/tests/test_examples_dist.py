@@ -4,7 +4,7 @@ steps of the mlp on Fashion-MNIST, two devices, from the initial weights it writ
 and in axle-train's data order (--axle-order: axle's own samplers through
 axle._C._sampler_indices); axle-train then runs the matching pattern from those weights
 (--init). Every step's loss agrees within 1e-5 relative: rank 0's (axle-train reports rank 0),
-and every rank's between Pattern 2 (xm.optimizer_step) and Pattern 3 (DDP).
+and every rank's between Pattern 2 (xm.optimizer_step), Pattern 3 (DDP) and FSDP v1.
 
 One thread per process everywhere (OMP_NUM_THREADS=1, --threads 1), so the runs do not depend on
 the machine's load. axle-train: $AXLE_BUILD_DIR/bin/axle-train (ctest sets it), else build/.
@@ -149,8 +149,10 @@ def test_fsdp_v2_matches_axle_train(tmp):
 
 
 @needs_fmnist
-def test_fsdp_v1_matches_axle_train(tmp):
-    if not os.path.exists(os.path.join(PYDIR, "torch_xla", "distributed", "fsdp", "__init__.py")):
-        pytest.skip("torch_xla.distributed.fsdp (FSDP v1 for Python) is not in this tree yet")
+def test_fsdp_v1_matches_axle_train_and_pattern2(tmp, pattern2):
     records, init = run_example(tmp, "fsdp_v1.py", {"AXLE_NUM_DEVICES": str(DEVICES)})
     check_against_axle_train(tmp, records, init, "fsdp")
+    # Sharding changes where the weights live, not the arithmetic: each rank's losses are
+    # Pattern 2's (the same weights, seed and batches).
+    for r in range(DEVICES):
+        assert_close(records[r]["losses"], pattern2[0][r]["losses"], f"FSDP v1 vs optimizer_step, rank {r}")
