@@ -132,7 +132,8 @@ LauncherEnv resolve_launcher_env(const std::function<const char*(const char*)>& 
     const LauncherEnv& o = complete[i];
     AXLE_CHECK(o.world != e.world || o.rank == e.rank, "[dist] ", e.family, " and ", o.family,
                " disagree on this process's rank for a job of ", e.world, " processes: ", e.vars, " but ", o.vars,
-               "; ", e.family, " wins when both are set, so unset its variables if they are stale");
+               "; both name every process's rank, so one of them is stale (", e.family,
+               " would win): unset the stale variables");
   }
 
   if (const char* addr = value(get, "MASTER_ADDR")) {
