@@ -491,7 +491,8 @@ void init_dist(py::module_& m) {
       py::arg("fn"), py::arg("nprocs") = 0, py::arg("debug_single_process") = false, py::arg("timeout_s") = 300.0,
       py::arg("prefix_output") = true,
       "axle::launch: runs fn(index) on nprocs processes (0: AXLE_NUM_DEVICES / CPU_NUM_DEVICES, else 1), re-running "
-      "this program in each; under torchrun (RANK, WORLD_SIZE) runs fn(LOCAL_RANK) here");
+      "this program in each; under an external launcher (torchrun, Slurm, Open MPI, MPICH: docs/distributed.md) runs "
+      "fn(local rank) here");
   m.def("_share_environ", [] { share_environ_with_libaxle(); },
         "libaxle reads os.environ's current variables from now on (after os.environ changed)");
   m.def("_device_requested", [] { (void)axle::device(); },

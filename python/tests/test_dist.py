@@ -64,20 +64,32 @@ def runs(tmp_path_factory):
     return {"one": one, "xm2": xm2, "ddp2": ddp2, "graphs": graphs, "out_xm": p_xm.stdout, "out_ddp": p_ddp.stdout}
 
 
-def test_torchrun_variables_make_each_process_one_rank(runs, tmp_path):
-    # Two processes started by hand as torchrun would (RANK, WORLD_SIZE, LOCAL_RANK,
-    # MASTER_ADDR:MASTER_PORT): launch spawns nothing, xla:// takes the ranks from them, and the
-    # TCP store and Gloo's TCP path give the losses of launch's children.
+# The variables each launcher gives rank r of 2 on one host (the master: this host).
+_LAUNCHERS = {
+    "torchrun": lambda r: dict(RANK=str(r), WORLD_SIZE="2", LOCAL_RANK=str(r), MASTER_ADDR="127.0.0.1"),
+    # srun: the master is the first host of the node list.
+    "slurm": lambda r: dict(SLURM_PROCID=str(r), SLURM_NTASKS="2", SLURM_LOCALID=str(r), SLURM_NODELIST="localhost"),
+}
+
+
+@pytest.mark.parametrize("launcher", sorted(_LAUNCHERS))
+def test_launcher_variables_make_each_process_one_rank(runs, tmp_path, launcher):
+    # Two processes started by hand as torchrun (RANK, WORLD_SIZE, LOCAL_RANK,
+    # MASTER_ADDR:MASTER_PORT) or Slurm's srun would: launch spawns nothing, xla:// takes the
+    # ranks from them (the C++ resolver, docs/distributed.md), and the TCP store and Gloo's TCP
+    # path give the losses of launch's children.
     import socket
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    e = dict(os.environ)
+    e = {k: v for k, v in os.environ.items()
+         if not k.startswith(("SLURM_", "OMPI_", "PMI_", "MPI_LOCALRANKID"))
+         and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR")}
     e["PYTHONPATH"] = PYDIR + os.pathsep + e.get("PYTHONPATH", "")
     procs = []
     for r in (0, 1):
-        env = dict(e, RANK=str(r), WORLD_SIZE="2", LOCAL_RANK=str(r), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        env = dict(e, MASTER_PORT=str(port), **_LAUNCHERS[launcher](r))
         procs.append(subprocess.Popen([sys.executable, os.path.join(PROGS, "train_mlp.py"), "ddp", "0", str(tmp_path)],
                                       env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
     outs = [p.communicate(timeout=240)[0] for p in procs]
