@@ -33,7 +33,13 @@ def spawn(fn, args=(), nprocs=None, join=True, daemon=False, start_method="spawn
 
 
 def _mp_spawn_child(index, fn, nprocs, port, args):
-    """What each process of a patched ``torch.multiprocessing.spawn`` runs: rank ``index``."""
+    """What each process of a patched ``torch.multiprocessing.spawn`` runs: rank ``index``. The
+    job is the spawn's: another launcher's variables inherited from the parent (Slurm's, MPI's)
+    are dropped, so that they cannot disagree with it."""
+    for k in [k for k in os.environ if k.startswith(("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID",
+                                                    "OMPI_COMM_WORLD_", "PMI_RANK", "PMI_SIZE", "PMI_LOCAL_RANK",
+                                                    "MPI_LOCALRANKID"))]:
+        del os.environ[k]
     os.environ.update(RANK=str(index), WORLD_SIZE=str(nprocs), LOCAL_RANK=str(index),
                       LOCAL_WORLD_SIZE=str(nprocs), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     import axle
