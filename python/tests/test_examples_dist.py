@@ -29,9 +29,6 @@ DEVICES = 2
 COMMON = ["--model", "mlp", "--max-steps", str(STEPS), "--batch-size", "64", "--lr", "0.05", "--momentum", "0.9",
           "--seed", "3"]
 
-needs_fmnist = pytest.mark.skipif(not os.path.exists(os.path.join(FMNIST, "train-images-idx3-ubyte.gz")),
-                                  reason=f"Fashion-MNIST not in {FMNIST} (Debian: dataset-fashion-mnist)")
-
 
 def _env(extra):
     env = {k: v for k, v in os.environ.items()
@@ -115,40 +112,34 @@ def test_sampler_indices_are_axle_trains_order():
         axle._C._sampler_indices(10, 5, 0, 2, 2)
 
 
-@needs_fmnist
 def test_pattern2_multiprocess_matches_axle_train(tmp, pattern2):
     records, init = pattern2
     assert records[0]["losses"] != records[1]["losses"]  # each rank its own share of the data
     check_against_axle_train(tmp, records, init, "multiprocess")
 
 
-@needs_fmnist
 def test_pattern3_ddp_matches_axle_train(tmp, pattern3):
     records, init = pattern3
     check_against_axle_train(tmp, records, init, "ddp")
 
 
-@needs_fmnist
 def test_pattern3_ddp_matches_pattern2_optimizer_step(pattern2, pattern3):
     for r in range(DEVICES):
         assert_close(pattern2[0][r]["losses"], pattern3[0][r]["losses"], f"optimizer_step vs DDP, rank {r}")
 
 
-@needs_fmnist
 def test_pattern5_spmd_input_sharding_matches_axle_train(tmp):
     records, init = run_example(tmp, "pattern5_spmd_input_sharding.py", {"AXLE_CPU_DEVICES": str(DEVICES)})
     assert records[0]["world_size"] == 1 and records[0]["devices"] == DEVICES
     check_against_axle_train(tmp, records, init, "spmd")
 
 
-@needs_fmnist
 def test_fsdp_v2_matches_axle_train(tmp):
     records, init = run_example(tmp, "fsdp_v2.py", {"AXLE_CPU_DEVICES": str(DEVICES)})
     assert records[0]["devices"] == DEVICES
     check_against_axle_train(tmp, records, init, "fsdp-spmd")
 
 
-@needs_fmnist
 def test_fsdp_v1_matches_axle_train_and_pattern2(tmp, pattern2):
     records, init = run_example(tmp, "fsdp_v1.py", {"AXLE_NUM_DEVICES": str(DEVICES)})
     check_against_axle_train(tmp, records, init, "fsdp")
