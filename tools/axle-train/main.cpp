@@ -932,17 +932,8 @@ int run_gpt(Config cfg) {  // by value: --max-steps alone sets the epochs below
       }
     }
     const Tensor loss = n > 1 ? div(total, double(n)) : total;
-    if (cfg.pattern == "multiprocess" || cfg.pattern == "loader") {
-      // xm::optimizer_step's reduction, done here so that the clipping sees the mean gradients.
-      NoGradGuard no_grad;
-      std::vector<Tensor> params, grads;
-      for (const Tensor& p : opt->parameters())
-        if (p.grad().defined()) params.push_back(p), grads.push_back(p.grad());
-      if (world > 1 && !grads.empty()) {
-        std::vector<Tensor> reduced = dist::all_reduce(grads, dist::ReduceOp::Mean);
-        for (size_t i = 0; i < params.size(); ++i) params[i].set_grad(reduced[i]);
-      }
-    }
+    // xm::optimizer_step's reduction, done apart so that the clipping sees the mean gradients.
+    if (cfg.pattern == "multiprocess" || cfg.pattern == "loader") xm::reduce_gradients(*opt);
     Tensor norm = fsdp_model ? fsdp_model->clip_grad_norm_(clip) : nn::utils::clip_grad_norm_(opt->parameters(), clip);
     opt->step();
     return {loss, norm};
