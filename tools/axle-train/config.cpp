@@ -9,6 +9,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
 
+#include "checkpoints.h"
 #include "models.h"
 
 namespace axle_train {
@@ -93,9 +94,12 @@ void validate(const Config& c) {
   if (c.devices != 1 && !multi_process(c.pattern) && !spmd_pattern(c.pattern))
     throw UsageError(fmt::format("--devices {} needs --pattern multiprocess, ddp, loader, fsdp, spmd or fsdp-spmd",
                                  c.devices));
-  if (c.pattern == Pattern::Fsdp && (!c.save.empty() || !c.resume.empty()))
-    throw UsageError("--save and --resume are not available with --pattern fsdp (its checkpoints are per-rank "
-                     "shard files: axle/fsdp_checkpoint.h, docs/fsdp.md)");
+  if (!c.resume.empty() && multi_process(c.pattern)) {
+    // Said once, before the ranks start (each would fail with it).
+    const std::string file = c.pattern == Pattern::Fsdp ? fsdp_checkpoint_file(c.resume) : plain_checkpoint_file(c.resume);
+    std::error_code ec;
+    if (!fs::exists(file, ec)) throw UsageError("--resume " + c.resume + ": no checkpoint there (no " + file + ")");
+  }
   if (c.pattern == Pattern::Spmd) (void)parse_mesh(c);
   if (c.is_gpt()) validate_gpt(c);
   if (!c.json.empty()) {

@@ -9,6 +9,7 @@
 #include "axle/nn/utils.h"
 #include "axle/runtime.h"
 #include "axle/xm.h"
+#include "checkpoints.h"
 
 namespace axle_train {
 
@@ -50,6 +51,12 @@ void Strategy::start_device_loader(data::DataLoader& loader) {
   if (layout_.input_sharding) o.input_sharding = *layout_.input_sharding;  // the targets stay replicated
   mp_loader_ = std::make_unique<pl::MpDeviceLoader>(loader, dev_, o);
 }
+
+std::string Strategy::checkpoint_file(const std::string& dir) const { return plain_checkpoint_file(dir); }
+
+void Strategy::save_checkpoint(const std::string& dir, const Checkpoint& c) { save_plain(dir, c); }
+
+Checkpoint Strategy::load_checkpoint(const std::string& dir, Checkpoint into) { return load_plain(dir, into); }
 
 StepOut Strategy::run(const std::function<StepOut(const std::vector<Tensor>&, const std::vector<Tensor>&)>& body,
                       const std::vector<Tensor>& xs, const std::vector<Tensor>& ys) {
@@ -171,12 +178,21 @@ class DdpStrategy : public Strategy {
   std::shared_ptr<nn::parallel::DistributedDataParallel> ddp_;
 };
 
-/// SPMD: one process, every device; the batches split over the mesh's data axis, a model axis
-/// splits the layers (the task shards them); the partitioner inserts the collectives.
-class SpmdStrategy : public Strategy {
+/// What the SPMD patterns share: one process drives every device, batches arrive from the
+/// device loader split over the mesh, checkpoints keep each device's shards as they are.
+class MeshStrategy : public Strategy {
  public:
   using Strategy::Strategy;
   void attach(data::DataLoader& loader) override { start_device_loader(loader); }
+  void save_checkpoint(const std::string& dir, const Checkpoint& c) override { save_distributed(dir, c); }
+  Checkpoint load_checkpoint(const std::string& dir, Checkpoint into) override { return load_distributed(dir, into); }
+};
+
+/// SPMD: the batches split over the mesh's data axis, a model axis splits the layers (the
+/// task shards them); the partitioner inserts the collectives.
+class SpmdStrategy : public MeshStrategy {
+ public:
+  using MeshStrategy::MeshStrategy;
 };
 
 /// FSDP v1: one process per device; backward reduce-scatters each unit's gradients into its
@@ -194,6 +210,9 @@ class FsdpStrategy : public Strategy {
     net_ = fsdp_;
   }
   std::shared_ptr<fsdp::XlaFullyShardedDataParallel> fsdp_v1() const override { return fsdp_; }
+  std::string checkpoint_file(const std::string& dir) const override { return fsdp_checkpoint_file(dir); }
+  void save_checkpoint(const std::string& dir, const Checkpoint& c) override { save_fsdp(dir, *fsdp_, c); }
+  Checkpoint load_checkpoint(const std::string& dir, Checkpoint into) override { return load_fsdp(dir, *fsdp_, into); }
 
  protected:
   void without_sync(const std::function<void()>& fwd_bwd) override {
@@ -208,9 +227,9 @@ class FsdpStrategy : public Strategy {
 
 /// FSDP v2 (fsdp-spmd): one process; parameters sharded on the mesh's "fsdp" axis, each
 /// unit's output on dim 0; the partitioner inserts the all-gathers and reduce-scatters.
-class FsdpSpmdStrategy : public Strategy {
+class FsdpSpmdStrategy : public MeshStrategy {
  public:
-  using Strategy::Strategy;
+  using MeshStrategy::MeshStrategy;
   void wrap(const nn::ModulePtr& model, const fsdp::AutoWrapPolicy& policy) override {
     model_ = model;
     fsdp::SpmdFullyShardedDataParallelOptions o;
@@ -218,7 +237,6 @@ class FsdpSpmdStrategy : public Strategy {
     o.auto_wrap_policy = policy;
     net_ = std::make_shared<fsdp::SpmdFullyShardedDataParallel>(model, o);
   }
-  void attach(data::DataLoader& loader) override { start_device_loader(loader); }
 };
 
 }  // namespace

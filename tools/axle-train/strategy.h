@@ -12,6 +12,7 @@
 
 #include "axle/axle.h"
 #include "axle/fsdp.h"
+#include "axle/serialize.h"
 #include "axle/xs.h"
 #include "config.h"
 
@@ -68,6 +69,14 @@ class Strategy {
   virtual std::shared_ptr<axle::fsdp::XlaFullyShardedDataParallel> fsdp_v1() const { return nullptr; }
   /// The device loader, or null: batches come from the host loader.
   axle::pl::MpDeviceLoader* device_loader() const { return mp_loader_.get(); }
+
+  /// The file a checkpoint in `dir` is read from ("resumed from ..."; checkpoints.h).
+  virtual std::string checkpoint_file(const std::string& dir) const;
+  /// Writes the checkpoint `c` (c.model: the plain model) into `dir` in the pattern's layout;
+  /// every process calls it.
+  virtual void save_checkpoint(const std::string& dir, const axle::Checkpoint& c);
+  /// Reads the checkpoint in `dir` into what `into` points at; every process calls it.
+  virtual axle::Checkpoint load_checkpoint(const std::string& dir, axle::Checkpoint into);
 
   /// One optimizer step over the micro-batches (each on the host or the device already):
   /// zero_grad, forward and backward of loss / n each (gradient sync only on the last),

@@ -26,8 +26,6 @@ namespace {
 /// Checkpoint metadata: every step's loss up to the checkpoint (a JSON list).
 constexpr const char* kLossesKey = "axle-train.losses";
 
-std::string checkpoint_file(const std::string& dir) { return (fs::path(dir) / "checkpoint.safetensors").string(); }
-
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 /// OpenMP's threads for this process: --threads, else the machine's cores shared among the
@@ -103,12 +101,13 @@ void Trainer::setup() {
 // uninterrupted one.
 void Trainer::resume() {
   if (cfg_.resume.empty()) return;
-  const std::string file = checkpoint_file(cfg_.resume);
-  Checkpoint ck = load_checkpoint(file, {.model = model_.get(), .optimizer = opt_.get(),
-                                         .scheduler = task_.scheduler(), .generator = &default_generator()});
+  Checkpoint ck = strategy_->load_checkpoint(cfg_.resume, {.model = model_.get(), .optimizer = opt_.get(),
+                                                           .scheduler = task_.scheduler(),
+                                                           .generator = &default_generator()});
   start_epoch_ = ck.epoch;
   skip_ = ck.batch;
   st_.steps = ck.step;
+  const std::string file = strategy_->checkpoint_file(cfg_.resume);
   st_.losses = task_.restore(ck.metadata, file);
   st_.restored = st_.losses.size();
   std::printf("resumed from %s at epoch %lld, %s, step %lld\n", file.c_str(), static_cast<long long>(start_epoch_ + 1),
@@ -117,15 +116,12 @@ void Trainer::resume() {
 
 void Trainer::save(int64_t epoch, int64_t batch) {
   if (cfg_.save.empty()) return;
-  if (proc_.master()) fs::create_directories(cfg_.save);  // every rank holds the same parameters: rank 0 writes
-  // ... but every rank calls save_checkpoint: xm::save is a collective (a rendezvous), as in torch_xla.
   if (batch == task_.steps_per_epoch()) ++epoch, batch = 0;
   std::map<std::string, std::string> metadata{{kLossesKey, nlohmann::json(st_.losses).dump()}};
   task_.save_metadata(metadata);
-  save_checkpoint(checkpoint_file(cfg_.save), {.model = model_.get(), .optimizer = opt_.get(),
-                                               .scheduler = task_.scheduler(), .generator = &default_generator(),
-                                               .epoch = epoch, .batch = batch, .step = st_.steps,
-                                               .metadata = metadata});
+  strategy_->save_checkpoint(cfg_.save, {.model = model_.get(), .optimizer = opt_.get(),
+                                         .scheduler = task_.scheduler(), .generator = &default_generator(),
+                                         .epoch = epoch, .batch = batch, .step = st_.steps, .metadata = metadata});
 }
 
 void Trainer::one_step(std::vector<data::Example>& micro) {
