@@ -168,10 +168,10 @@ void FmnistTask::finish(const RunState& st) {
 }
 
 std::vector<double> FmnistTask::restore(const std::map<std::string, std::string>& metadata, const std::string& file) {
-  const auto it = metadata.find("axle-train.losses");
+  const auto it = metadata.find(kLossesKey);
   if (it == metadata.end()) return {};
   const auto j = nlohmann::json::parse(it->second, nullptr, /*allow_exceptions=*/false);
-  AXLE_CHECK(j.is_array(), "[axle-train] ", file, ": metadata axle-train.losses is not a list of losses");
+  AXLE_CHECK(j.is_array(), "[axle-train] ", file, ": metadata ", kLossesKey, " is not a list of losses");
   return j.get<std::vector<double>>();
 }
 

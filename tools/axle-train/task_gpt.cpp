@@ -287,7 +287,7 @@ std::vector<double> GptTask::restore(const std::map<std::string, std::string>& m
 
 void GptTask::save_metadata(std::map<std::string, std::string>& m) const {
   nlohmann::json h;
-  h["losses"] = nlohmann::json::parse(m.at("axle-train.losses"));
+  h["losses"] = nlohmann::json::parse(m.at(kLossesKey));
   h["lrs"] = h_.lrs;
   h["grad_norms"] = h_.grad_norms;
   h["val_steps"] = h_.val_steps;

@@ -23,9 +23,6 @@ using namespace axle;
 
 namespace {
 
-/// Checkpoint metadata: every step's loss up to the checkpoint (a JSON list).
-constexpr const char* kLossesKey = "axle-train.losses";
-
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 /// OpenMP's threads for this process: --threads, else the machine's cores shared among the

@@ -20,6 +20,9 @@
 
 namespace axle_train {
 
+/// Checkpoint metadata: every step's loss up to the checkpoint (a JSON list).
+inline constexpr const char* kLossesKey = "axle-train.losses";
+
 /// This process in the run.
 struct Process {
   int world = 1, rank = 0, threads = 1;
