@@ -1,15 +1,20 @@
 // axle-train --resume through the real binary (AXLE_TRAIN_BIN): resuming a run that had
 // finished reports that run's figures (losses from the checkpoint, test accuracy of the
-// restored model), and a run resumed half-way reports the whole run's losses.
+// restored model), a run resumed half-way reports the whole run's losses, and the sharded
+// patterns (fsdp, spmd, fsdp-spmd) killed with SIGKILL resume bit-identically.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
+#include <random>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "axle/serialize.h"
 #include "test_util.h"
 
 namespace {
@@ -102,4 +107,101 @@ TEST(CliResume, GptResumeIsBitIdentical) {
   EXPECT_EQ(r.at("learning_rates").get<std::vector<double>>(), f.at("learning_rates").get<std::vector<double>>());
   EXPECT_EQ(r.at("grad_norms").get<std::vector<double>>(), f.at("grad_norms").get<std::vector<double>>());
   EXPECT_EQ(r.at("val_loss").get<double>(), f.at("val_loss").get<double>());
+}
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// The files of `dir` whose names start with `stem` (sorted), as `dir`-relative names.
+std::vector<std::string> entries(const std::string& dir, const std::string& stem) {
+  std::vector<std::string> out;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind(stem, 0) == 0) out.push_back(name);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// Every tensor of the safetensors files in `a` equals the same-named one in `b`, bit for bit
+// (as float32 words); returns how many were compared.
+int expect_same_tensors(const std::string& a, const std::string& b, const std::vector<std::string>& files) {
+  int compared = 0;
+  for (const std::string& f : files) {
+    const auto x = axle::load(a + "/" + f), y = axle::load(b + "/" + f);
+    EXPECT_EQ(x.tensors.size(), y.tensors.size()) << f;
+    for (const auto& [name, t] : x.tensors) {
+      if (t.dtype() != axle::kFloat32) continue;
+      EXPECT_EQ(t.to_vector<float>(), y.at(name).to_vector<float>()) << f << ": " << name;
+      ++compared;
+    }
+  }
+  return compared;
+}
+
+// Trains `args` (with --save-every) uninterrupted, then again killed with SIGKILL (the whole
+// process group: the launched ranks too) 0-299 ms after its first checkpoint and resumed into
+// the same directory: the resumed run must have been cut short, and it ends with the
+// uninterrupted run's losses and the same checkpoint files (`stem`*) bit for bit.
+void killed_run_resumes(const std::string& args, const std::string& pointer, const std::string& stem) {
+  const int seed = testing::UnitTest::GetInstance()->random_seed();
+  const int delay_ms = static_cast<int>(std::mt19937(static_cast<unsigned>(seed))() % 300);
+  SCOPED_TRACE("killed " + std::to_string(delay_ms) + " ms after the first checkpoint (--gtest_random_seed=" +
+               std::to_string(seed) + ")");
+  TempDir d;
+  const std::string bin = std::string("env -u AXLE_CPU_DEVICES '") + AXLE_TRAIN_BIN + "' ";
+  const Result full = run_captured(bin + args + " --save '" + (d / "full") + "' --json '" + (d / "full.json") + "'");
+  ASSERT_EQ(full.status, 0) << full.err;
+  const std::string killed = d / "killed";
+  const std::string script =
+      "set -m; " + bin + args + " --save '" + killed + "' >/dev/null 2>&1 & pid=$!; "
+      "while [ ! -f '" + killed + "/" + pointer + "' ] && kill -0 $pid 2>/dev/null; do sleep 0.01; done; "
+      "sleep " + std::to_string(delay_ms / 1000.0) + "; kill -9 -- -$pid 2>/dev/null; wait $pid; "
+      "while kill -0 -- -$pid 2>/dev/null; do sleep 0.01; done; exit 0";
+  std::ofstream(d / "kill.sh") << script << "\n";
+  ASSERT_EQ(std::system(("bash '" + (d / "kill.sh") + "' 2>/dev/null").c_str()), 0);  // no "Killed" notice
+  ASSERT_TRUE(fs::exists(killed + "/" + pointer));
+  const Result resumed = run_captured(bin + args + " --save '" + killed + "' --resume '" + killed + "' --json '" +
+                                      (d / "resumed.json") + "'");
+  ASSERT_EQ(resumed.status, 0) << resumed.err;
+  const auto f = nlohmann::json::parse(slurp(d / "full.json")), r = nlohmann::json::parse(slurp(d / "resumed.json"));
+  EXPECT_GT(r.at("restored_losses").get<int>(), 0) << resumed.out;
+  EXPECT_LT(r.at("restored_losses").get<size_t>(), f.at("losses").size()) << "not cut short: " << resumed.out;
+  EXPECT_EQ(r.at("losses").get<std::vector<double>>(), f.at("losses").get<std::vector<double>>());
+  EXPECT_EQ(r.at("test_accuracy").get<double>(), f.at("test_accuracy").get<double>());
+  const std::vector<std::string> files = entries(d / "full", stem);
+  ASSERT_FALSE(files.empty());
+  EXPECT_EQ(entries(killed, stem), files);  // older checkpoints removed, the same last one
+  std::vector<std::string> tensor_files;
+  for (const std::string& e : files) {
+    if (fs::is_directory(d / "full" + "/" + e)) {
+      for (const std::string& g : entries(d / "full" + "/" + e, "shard-")) tensor_files.push_back(e + "/" + g);
+    } else {
+      tensor_files.push_back(e);
+    }
+  }
+  EXPECT_GT(expect_same_tensors(d / "full", killed, tensor_files), 0);
+}
+
+const std::string kTiny = " --model mlp --threads 1 --batch-size 4 --save-every 10 --data '" AXLE_TEST_DATA
+                          "/tiny_fmnist' ";
+
+}  // namespace
+
+// FSDP v1: each rank's shards in its own file, a pointer to the complete set.
+TEST(CliResume, KilledFsdpRunResumesBitIdentically) {
+  killed_run_resumes(kTiny + "--pattern fsdp --devices 2 --epochs 15 --optimizer adamw", "checkpoint.json", "step-");
+}
+
+// SPMD (data and tensor parallel): each device's shards through the distributed checkpoint.
+TEST(CliResume, KilledSpmdRunResumesBitIdentically) {
+  killed_run_resumes(kTiny + "--pattern spmd --devices 4 --mesh data=2,model=2 --epochs 15",
+                     "checkpoint.safetensors", "state-");
+}
+
+// FSDP v2: parameters sharded on the mesh, through the distributed checkpoint.
+TEST(CliResume, KilledFsdpSpmdRunResumesBitIdentically) {
+  killed_run_resumes(kTiny + "--pattern fsdp-spmd --devices 2 --epochs 15 --optimizer adamw",
+                     "checkpoint.safetensors", "state-");
 }

@@ -656,6 +656,46 @@ TEST(Dist, OptimizerStepUsesOneCollectivePerDtype) {
   });
 }
 
+// xm::reduce_gradients alone: every gradient becomes the mean over ranks, one all_reduce per
+// (dtype, device) bucket (float32 is the one float dtype: the buckets here are cpu and xla),
+// a parameter without a gradient keeps none, and nothing steps.
+TEST(Dist, ReduceGradientsAveragesPerDeviceBucket) {
+  run_ranks(2, [](int rank) {
+    auto param = [](const Shape& s, Device dev) { return zeros(s).to(dev).set_requires_grad(true); };
+    Tensor a = param({3}, kCPU), b = param({2, 2}, device()), c = param({2}, device());
+    Tensor unused = param({4}, kCPU);
+    optim::SGD opt(std::vector<Tensor>{a, b, c, unused}, {.lr = 0.1});
+    // Gradients that differ between the ranks: rank r's are (r + 1) * k.
+    (a * (1.0 + rank)).sum().backward();
+    {
+      auto step = axle::step();
+      ((b * (2.0 + 2 * rank)).sum() + (c * (3.0 + 3 * rank)).sum()).backward();
+    }
+    const int64_t before = metrics::counter_value("CollectiveAllReduce");
+    xm::reduce_gradients(opt);
+    axle::sync();
+    EXPECT_EQ(metrics::counter_value("CollectiveAllReduce") - before, 2);  // the cpu and the xla bucket
+    expect_values(a.grad(), std::vector<float>(3, 1.5f), "a");                // mean of 1 and 2
+    expect_values(b.grad(), std::vector<float>(4, 3.0f), "b");                // mean of 2 and 4
+    expect_values(c.grad(), std::vector<float>(2, 4.5f), "c");                // mean of 3 and 6
+    EXPECT_EQ(b.grad().device(), device());
+    EXPECT_FALSE(unused.grad().defined());
+    expect_values(a, std::vector<float>(3, 0.0f), "a not stepped");
+    expect_values(b, std::vector<float>(4, 0.0f), "b not stepped");
+  });
+}
+
+// One process: reduce_gradients leaves the gradients as they are and runs no collective.
+TEST(Dist, ReduceGradientsWorld1IsANoOp) {
+  Tensor a = zeros({3}).set_requires_grad(true);
+  optim::SGD opt(std::vector<Tensor>{a}, {.lr = 0.1});
+  (a * 2.0).sum().backward();
+  const int64_t before = metrics::counter_value("CollectiveAllReduce");
+  xm::reduce_gradients(opt);
+  EXPECT_EQ(metrics::counter_value("CollectiveAllReduce"), before);
+  expect_values(a.grad(), std::vector<float>(3, 2.0f), "a");
+}
+
 struct RemoveDir {
   std::string dir;
   ~RemoveDir() { fs::remove_all(dir); }

@@ -479,6 +479,9 @@ TEST(Fsdp, Guards) {
   expect_error([&] { xm::optimizer_step(late); },
                "[optimizer_step] FSDP parameters: call optimizer.step(); xm::optimizer_step would all-reduce already "
                "reduce-scattered gradients");
+  expect_error([&] { xm::reduce_gradients(late); },
+               "[optimizer_step] FSDP parameters: call optimizer.step(); xm::optimizer_step would all-reduce already "
+               "reduce-scattered gradients");
   EXPECT_EQ(fsdp::param_role(f2.parameters()[0]), fsdp::ParamRole::Shard);
   EXPECT_EQ(fsdp::param_role(net2->parameters().empty() ? Tensor() : net2->parameters()[0]), fsdp::ParamRole::None);
   expect_error([] { FSDP bad(make_mlp(), {.compute_dtype = kFloat32}); }, "compute_dtype");

@@ -16,9 +16,15 @@ struct OptimizerStepOptions {
   /// Also wait for every rank after the step (on xla: sync the step's graph first).
   bool barrier = false;
 };
-/// Multi-process step: all-reduces every gradient (sum, scaled by 1/world_size) with
-/// as few collective calls as their dtypes allow (one per dtype and device), then
-/// opt.step(). With world size 1 it is just opt.step().
+/// Averages the gradients of opt's parameters over the processes: all-reduces every
+/// gradient (sum, scaled by 1/world_size) with as few collective calls as their dtypes
+/// allow (one per dtype and device) and sets each parameter's gradient to the result.
+/// Nothing to do with world size 1. Refuses FSDP v1 shards (their gradients are already
+/// reduce-scattered). torch_xla's xm.reduce_gradients; call it before clipping.
+void reduce_gradients(optim::Optimizer& opt);
+
+/// Multi-process step: reduce_gradients(opt), then opt.step(). With world size 1 it is
+/// just opt.step().
 void optimizer_step(optim::Optimizer& opt, const OptimizerStepOptions& o = {});
 
 /// Prints a line (to stdout) on the master process (global ordinal 0) only.
