@@ -161,7 +161,7 @@ def layers_of(root):
     with open(os.path.join(root, "src", "LAYERS")) as f:
         for line in f:
             words = line.split("#", 1)[0].split()
-            if words and not words[0].startswith("allow"):
+            if words and not words[0].startswith("allow") and words[0] != "third-party":
                 layers.append(words[0])
     return layers
 
