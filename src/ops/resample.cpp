@@ -294,7 +294,7 @@ Tensor apply_taps(const Tensor& x, int64_t d, const Taps& t) {
   return y;
 }
 
-/// The input ranks PyTorch accepts for a mode (its name for the rank as the error's hint).
+/// Whether PyTorch accepts `mode` for an input of `dim` dims.
 bool mode_takes_rank(const std::string& mode, int64_t dim) {
   if (mode == "nearest" || mode == "nearest-exact" || mode == "area") return dim >= 3 && dim <= 5;
   if (mode == "linear") return dim == 3;
