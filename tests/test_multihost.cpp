@@ -2,7 +2,11 @@
 // axle-train rank in each, started torchrun-style (RANK, WORLD_SIZE, LOCAL_RANK,
 // MASTER_ADDR, MASTER_PORT), no GLOO_SOCKET_IFNAME. Each namespace resolves this
 // machine's host name to a loopback address (as Debian's /etc/hosts does), so a rank
-// that advertised what its host name resolves to could not be reached.
+// that advertised what its host name resolves to could not be reached. The same job
+// started as Slurm's srun starts it (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID,
+// SLURM_NODELIST naming the hosts, which each namespace's own /etc/hosts resolves: `ip
+// netns exec` mounts /etc/netns/NAME/hosts) and as mpirun does (Open MPI's and MPICH's
+// variables, MASTER_ADDR exported by the user as mpirun -x does, the default port).
 //
 // Needs root and iproute2's `ip`; skipped with the reason otherwise. The namespaces and
 // the veth pair are named after this process's pid and removed in every path (also
@@ -17,6 +21,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -87,6 +92,23 @@ class TwoHosts {
     // Deleting a namespace deletes the veth end inside it, and with it the pair.
     for (const std::string& ns : {a_, b_})
       if (!ns.empty()) sh(ip_ + " netns del " + ns + " >/dev/null 2>&1");
+    remove_host_names();
+  }
+
+  /// Host names for the two hosts, as a cluster's DNS gives them: inside each namespace
+  /// `<prefix>1` resolves to host A and `<prefix>2` to host B (/etc/netns/NAME/hosts, which
+  /// `ip netns exec` mounts over /etc/hosts); empty when that cannot be written, else why not.
+  std::string name_hosts(const std::string& prefix) {
+    const std::string hosts = slurp("/etc/hosts") + "\n198.18.0.1 " + prefix + "1\n198.18.0.2 " + prefix + "2\n";
+    made_netns_dir_ = !fs::exists("/etc/netns");
+    for (const std::string& ns : {a_, b_}) {
+      std::error_code ec;
+      fs::create_directories("/etc/netns/" + ns, ec);
+      std::ofstream f("/etc/netns/" + ns + "/hosts");
+      f << hosts;
+      if (ec || !f.good()) return "cannot write /etc/netns/" + ns + "/hosts";
+    }
+    return "";
   }
   TwoHosts(const TwoHosts&) = delete;
   TwoHosts& operator=(const TwoHosts&) = delete;
@@ -117,24 +139,47 @@ class TwoHosts {
       if (::kill(std::stoi(name.substr(4, digits)), 0) != 0) stale.push_back(name);
     }
     ::pclose(f);
-    for (const std::string& ns : stale) sh(ip_ + " netns del " + ns + " >/dev/null 2>&1");
+    for (const std::string& ns : stale) {
+      sh(ip_ + " netns del " + ns + " >/dev/null 2>&1");
+      std::error_code ec;
+      fs::remove_all("/etc/netns/" + ns, ec);
+    }
+  }
+
+  void remove_host_names() {
+    std::error_code ec;
+    for (const std::string& ns : {a_, b_})
+      if (!ns.empty()) fs::remove_all("/etc/netns/" + ns, ec);
+    if (made_netns_dir_ && fs::is_empty("/etc/netns", ec)) fs::remove("/etc/netns", ec);
   }
 
   std::string ip_, a_, b_, why_;
+  bool made_netns_dir_ = false;
 };
 
 // A rank's exit status, stdout and stderr.
 using Rank = axle::test::Result;
 
-// Starts rank 0 on host A and rank 1 on host B (torchrun-style variables, nothing else
-// set) and waits for both. `extra[r]`: more environment for rank r.
+// The variables of every launcher family (src/dist/launch_env.h) and the master's, which
+// the ranks must not inherit from this test's environment.
+const char* const kUnsetLaunchers =
+    "env -u GLOO_SOCKET_IFNAME -u AXLE_GLOO_HOST -u AXLE_RENDEZVOUS_DIR -u AXLE_LAUNCH_RANK -u RANK -u WORLD_SIZE "
+    "-u LOCAL_RANK -u MASTER_ADDR -u MASTER_PORT -u OMPI_COMM_WORLD_RANK -u OMPI_COMM_WORLD_SIZE "
+    "-u OMPI_COMM_WORLD_LOCAL_RANK -u PMI_RANK -u PMI_SIZE -u MPI_LOCALRANKID -u PMI_LOCAL_RANK -u SLURM_PROCID "
+    "-u SLURM_NTASKS -u SLURM_LOCALID -u SLURM_NODELIST -u SLURM_STEP_NODELIST -u SLURM_JOB_NODELIST ";
+
+// Starts rank 0 on host A and rank 1 on host B and waits for both. `identity(r)`: the
+// variables that make the process rank r (default: torchrun's, the master at host A on
+// port 29500, `master_port_of_rank1` for rank 1); `extra[r]`: more environment for rank r.
 std::vector<Rank> run_two(const TwoHosts& hosts, const TempDir& d, const std::string& args,
-                          const std::vector<std::string>& extra = {"", ""}, int master_port_of_rank1 = 29500) {
+                          const std::vector<std::string>& extra = {"", ""}, int master_port_of_rank1 = 29500,
+                          const std::function<std::string(int)>& identity = nullptr) {
   std::string script;
   for (int r = 0; r < 2; ++r) {
-    const std::string env = "env -u GLOO_SOCKET_IFNAME -u AXLE_GLOO_HOST -u AXLE_RENDEZVOUS_DIR -u AXLE_LAUNCH_RANK "
-                            "RANK=" + std::to_string(r) + " WORLD_SIZE=2 LOCAL_RANK=0 MASTER_ADDR=198.18.0.1 "
-                            "MASTER_PORT=" + std::to_string(r == 0 ? 29500 : master_port_of_rank1) + " " + extra[size_t(r)];
+    const std::string id = identity ? identity(r)
+                                    : "RANK=" + std::to_string(r) + " WORLD_SIZE=2 LOCAL_RANK=0 MASTER_ADDR=198.18.0.1 "
+                                      "MASTER_PORT=" + std::to_string(r == 0 ? 29500 : master_port_of_rank1);
+    const std::string env = std::string(kUnsetLaunchers) + id + " " + extra[size_t(r)];
     script += hosts.on(r == 0 ? 'a' : 'b') + env + " timeout 300 '" + AXLE_TRAIN_BIN + "' " + args + " >'" +
               (d / ("out" + std::to_string(r))) + "' 2>'" + (d / ("err" + std::to_string(r))) + "' & p" +
               std::to_string(r) + "=$!\n";
@@ -257,4 +302,47 @@ TEST_F(MultiHost, ARankThatCannotJoinFailsEveryRankWithOneMessage) {
   const std::string e0 = error_lines(ranks[0].err)[0], e1 = error_lines(ranks[1].err)[0];
   EXPECT_NE(e0.find("rank 1 of 2 did not join within the 4 s timeout"), std::string::npos) << e0;
   EXPECT_NE(e1.find("cannot reach the TCP store at 198.18.0.1:29501"), std::string::npos) << e1;
+}
+
+// Slurm's and MPI's variables start the same 2-host DDP job as torchrun's: the losses of
+// one launch() with 2 processes on one host. Slurm's master is the first host of
+// SLURM_NODELIST (a host name, resolved on each host) on the default port; MPI's is the
+// MASTER_ADDR the user exports (mpirun -x MASTER_ADDR=...).
+TEST_F(MultiHost, SlurmAndMpiEnvironmentsStartTheTwoHostJob) {
+  const std::string prefix = "axmhnode" + std::to_string(::getpid()) + "-";
+  const std::string why = hosts->name_hosts(prefix);
+  if (!why.empty()) GTEST_SKIP() << why;
+  const std::string common = "--pattern ddp --model mlp --batch-size 64 --max-steps 5 --threads 1 --seed 3 --data '" +
+                             (d / "data") + "' --timeout 60 ";
+  const int st = sh(std::string(kUnsetLaunchers) + "'" + AXLE_TRAIN_BIN + "' " + common + "--devices 2 --json '" +
+                    (d / "one.json") + "' >'" + (d / "one.out") + "' 2>&1");
+  ASSERT_EQ(st, 0) << slurp(d / "one.out");
+  const auto one = nlohmann::json::parse(slurp(d / "one.json")).at("losses").get<std::vector<double>>();
+  ASSERT_EQ(one.size(), 5u);
+
+  const std::vector<std::pair<std::string, std::function<std::string(int)>>> styles = {
+      {"slurm",
+       [&](int r) {
+         return "SLURM_PROCID=" + std::to_string(r) + " SLURM_NTASKS=2 SLURM_LOCALID=0 SLURM_NODELIST=" + prefix +
+                "[1-2]";
+       }},
+      {"openmpi",
+       [](int r) {
+         return "OMPI_COMM_WORLD_RANK=" + std::to_string(r) +
+                " OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_LOCAL_RANK=0 MASTER_ADDR=198.18.0.1";
+       }},
+      {"mpich",
+       [](int r) { return "PMI_RANK=" + std::to_string(r) + " PMI_SIZE=2 MPI_LOCALRANKID=0 MASTER_ADDR=198.18.0.1"; }},
+  };
+  for (const auto& [style, identity] : styles) {
+    const std::string json = d / (style + ".json");
+    const std::vector<Rank> ranks = run_two(*hosts, d, common + "--json '" + json + "'", {"", ""}, 29500, identity);
+    for (int r = 0; r < 2; ++r)
+      ASSERT_EQ(ranks[size_t(r)].status, 0) << style << " rank " << r << ":\n" << ranks[size_t(r)].out
+                                            << ranks[size_t(r)].err;
+    const auto j = nlohmann::json::parse(slurp(json));
+    EXPECT_EQ(j.at("world_size"), 2) << style;
+    EXPECT_EQ(j.at("losses").get<std::vector<double>>(), one) << style;
+    EXPECT_EQ(j.at("counters").value("CollectiveAllReduceShm", 0), 0) << style << ": the ranks shared memory";
+  }
 }

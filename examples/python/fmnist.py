@@ -63,17 +63,25 @@ class _Limited:
     """`epochs` passes over a DataLoader, at most `max_steps` batches in all; len() works. Between
     batches, in the main thread, it prints the losses of the steps that have finished."""
 
-    def __init__(self, loader, epochs, max_steps, recorder, log_every):
+    def __init__(self, loader, epochs, max_steps, recorder, log_every, on_end=None):
         self.loader, self.epochs, self.max_steps = loader, epochs, max_steps
         self.recorder, self.log_every = recorder, log_every
+        self.on_end = on_end  # called once the main thread has taken every batch (see train_loader)
 
     def __len__(self):
         n = self.epochs * len(self.loader)
         return n if self.max_steps is None else min(n, self.max_steps)
 
     def __iter__(self):
-        n = 0
         main = threading.current_thread() is threading.main_thread()
+        yield from self._batches(main)
+        # The loop asked for a batch after its last step had finished.
+        if main and self.on_end is not None:
+            on_end, self.on_end = self.on_end, None
+            on_end()
+
+    def _batches(self, main):
+        n = 0
         for _ in range(self.epochs):
             for batch in self.loader:
                 if self.max_steps is not None and n >= self.max_steps:
@@ -86,14 +94,59 @@ class _Limited:
                 yield batch
 
 
-def train_loader(args, recorder=None):
+class AxleOrder:
+    """The training batches in the order axle's DataLoader gives them to axle-train (--axle-order):
+    each epoch's indices come from axle's own samplers (axle._C._sampler_indices: RandomSampler(n,
+    seed) in one process, this rank's share of DistributedSampler(n, world, rank, shuffle, seed) in
+    each of `world` processes), batch_size of them per batch, the last smaller batch kept. The world
+    and rank are read when an epoch starts (inside a launched function they are the launch's), and
+    the data set is read then too (a launch's parent never reads it)."""
+
+    def __init__(self, args):
+        self.args, self.epoch, self._data = args, 0, None
+
+    def _world_rank(self):
+        import torch_xla.runtime as xr
+
+        return xr.world_size(), xr.global_ordinal()
+
+    def _load(self):
+        if self._data is None:
+            self._data = load("train", self.args.data)
+        return self._data
+
+    def __len__(self):
+        world, _ = self._world_rank()
+        n = self._load()[0].shape[0]
+        per_rank = n if world == 1 else (n + world - 1) // world
+        return (per_rank + self.args.batch_size - 1) // self.args.batch_size
+
+    def __iter__(self):
+        import axle
+
+        x, y = self._load()
+        world, rank = self._world_rank()
+        order = torch.tensor(axle._C._sampler_indices(x.shape[0], self.args.seed, self.epoch, world, rank))
+        self.epoch += 1
+        for i in range(0, order.shape[0], self.args.batch_size):
+            b = order[i:i + self.args.batch_size]
+            yield x[b], y[b]
+
+
+def train_loader(args, recorder=None, on_end=None):
     """The training DataLoader (batch args.batch_size, shuffled with seed args.seed + 1, the last
-    smaller batch kept), over args.epochs epochs, cut at args.max_steps batches."""
-    x, y = load("train", args.data)
-    dataset = torch.utils.data.TensorDataset(x, y)
-    g = torch.Generator().manual_seed(args.seed + 1)
-    loader = torch.utils.data.DataLoader(dataset, batch_size=args.batch_size, shuffle=True, generator=g)
-    return _Limited(loader, args.epochs, args.max_steps, recorder, args.log_every)
+    smaller batch kept), over args.epochs epochs, cut at args.max_steps batches. With
+    --axle-order the batches are axle-train's instead (AxleOrder). `on_end()` runs once a loop
+    in the main thread has taken the last batch: a launched function's report (its process
+    exits when the function returns, so nothing after the seed's code would run there)."""
+    if getattr(args, "axle_order", False):
+        loader = AxleOrder(args)
+    else:
+        x, y = load("train", args.data)
+        dataset = torch.utils.data.TensorDataset(x, y)
+        g = torch.Generator().manual_seed(args.seed + 1)
+        loader = torch.utils.data.DataLoader(dataset, batch_size=args.batch_size, shuffle=True, generator=g)
+    return _Limited(loader, args.epochs, args.max_steps, recorder, args.log_every, on_end)
 
 
 # ---- models (axle-train's, as in shared/reference/peers/pt2_fmnist.py) ----
@@ -107,8 +160,43 @@ def cnn():
                          nn.Flatten(), nn.Linear(3136, 128), nn.ReLU(), nn.Linear(128, 10))
 
 
-def make_model(name):
-    return {"mlp": mlp, "cnn": cnn}[name]()
+def make_model(name, save_init=None):
+    """A fresh model (the caller seeds torch first); `save_init`: also write its initial weights
+    there as safetensors, under PyTorch's state_dict names, for axle-train --init."""
+    model = {"mlp": mlp, "cnn": cnn}[name]()
+    if save_init:
+        save_safetensors(save_init, model.state_dict())
+    return model
+
+
+_SAFETENSORS_DTYPES = {torch.float32: "F32", torch.float64: "F64", torch.float16: "F16", torch.bfloat16: "BF16",
+                       torch.int64: "I64", torch.int32: "I32", torch.uint8: "U8", torch.bool: "BOOL"}
+
+
+def save_safetensors(path, tensors):
+    """Writes {name: cpu tensor} as a safetensors file (8-byte little-endian header length, the
+    JSON header, the tensors' bytes back to back), atomically: every rank of a job may write the
+    same file."""
+    header, blobs, offset = {}, [], 0
+    for name, t in tensors.items():
+        t = t.detach().to("cpu").contiguous()
+        if t.dtype not in _SAFETENSORS_DTYPES:
+            raise TypeError(f"save_safetensors: tensor {name!r} has dtype {t.dtype}, which safetensors here does not "
+                            f"take (expected one of {', '.join(str(d) for d in _SAFETENSORS_DTYPES)})")
+        data = bytes(t.clone().untyped_storage())  # exactly the tensor's bytes, in host (little-endian) order
+        header[name] = {"dtype": _SAFETENSORS_DTYPES[t.dtype], "shape": list(t.shape),
+                        "data_offsets": [offset, offset + len(data)]}
+        blobs.append(data)
+        offset += len(data)
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)  # the data section starts 8-aligned
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "wb") as f:
+        f.write(len(text).to_bytes(8, "little"))
+        f.write(text)
+        for b in blobs:
+            f.write(b)
+    os.replace(tmp, path)
 
 
 # ---- arguments ----
@@ -123,7 +211,13 @@ def parse_args(description, extra=None):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--log-every", type=int, default=50, help="print the loss every N steps")
     ap.add_argument("--data", default=DATA, help="directory of the Fashion-MNIST IDX .gz files")
-    ap.add_argument("--json", default=None, metavar="FILE", help="write losses, test accuracy and counters here")
+    ap.add_argument("--json", default=None, metavar="FILE",
+                    help="write losses, test accuracy and counters here (rank r > 0 of a launched job: FILE with "
+                         "'.rank<r>' before its extension)")
+    ap.add_argument("--axle-order", action="store_true",
+                    help="visit the data in axle-train's order (axle's samplers, seed --seed) instead of torch's")
+    ap.add_argument("--save-init", default=None, metavar="FILE",
+                    help="write the model's initial weights here (safetensors, for axle-train --init)")
     if extra:
         extra(ap)
     return ap.parse_args()
@@ -211,7 +305,15 @@ class Run:
                       fallbacks=fallbacks)
         if extra:
             record.update(extra)
+        import torch_xla.runtime as xr
+
+        world, rank = xr.world_size(), xr.global_ordinal()
+        record.update(world_size=world, rank=rank)
         if self.args.json:
-            with open(self.args.json, "w") as f:
+            path = self.args.json
+            if rank > 0:
+                root, ext = os.path.splitext(path)
+                path = f"{root}.rank{rank}{ext}"
+            with open(path, "w") as f:
                 json.dump(record, f, indent=1)
         return record

@@ -50,8 +50,10 @@ struct LaunchOptions {
 /// axle::Error "[launch] rank N failed: ..." if one fails (the others are killed).
 ///   axle::launch(fn, {.nprocs = 4});          // torch_xla.launch(fn) with 4 devices
 ///   axle::launch(fn, {.debug_single_process = true});
-/// Under an external launcher (RANK / WORLD_SIZE / LOCAL_RANK in the environment)
-/// it spawns nothing and runs fn(LOCAL_RANK) here. Throws (seed anti-pattern 1,
+/// Under an external launcher (torchrun's or axle-run's RANK / WORLD_SIZE / LOCAL_RANK,
+/// Slurm's SLURM_PROCID / SLURM_NTASKS / SLURM_LOCALID, Open MPI's OMPI_COMM_WORLD_*,
+/// MPICH's PMI_*: docs/distributed.md has the precedence and the master address rules)
+/// it spawns nothing and runs fn(local rank) here. Throws (seed anti-pattern 1,
 /// "Don't call device() before launch()") if this process called axle::device() or
 /// used the xla device outside a launched function: call it only inside fn.
 /// Under SPMD (runtime::use_spmd) one process drives every device: nprocs > 1 is an

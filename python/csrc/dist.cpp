@@ -491,7 +491,10 @@ void init_dist(py::module_& m) {
       py::arg("fn"), py::arg("nprocs") = 0, py::arg("debug_single_process") = false, py::arg("timeout_s") = 300.0,
       py::arg("prefix_output") = true,
       "axle::launch: runs fn(index) on nprocs processes (0: AXLE_NUM_DEVICES / CPU_NUM_DEVICES, else 1), re-running "
-      "this program in each; under torchrun (RANK, WORLD_SIZE) runs fn(LOCAL_RANK) here");
+      "this program in each; under an external launcher (torchrun, Slurm, Open MPI, MPICH: docs/distributed.md) runs "
+      "fn(local rank) here");
+  m.def("_share_environ", [] { share_environ_with_libaxle(); },
+        "libaxle reads os.environ's current variables from now on (after os.environ changed)");
   m.def("_device_requested", [] { (void)axle::device(); },
         "notes that this process asked for the xla device (torch_xla.device()): launch() then refuses to start "
         "(anti-pattern 1) unless it happened inside a launched function");
@@ -548,6 +551,31 @@ void init_dist(py::module_& m) {
   m.def(
       "_broadcast", [](const at::Tensor& t, int src) { return out_like(t, axle::dist::broadcast(value_of(t, "broadcast"), src)); },
       py::arg("tensor"), py::arg("src") = 0);
+  m.def(
+      "_optimization_barrier",
+      [](const std::vector<at::Tensor>& ts) {
+        std::vector<axle::Tensor> vals;
+        for (const auto& t : ts) vals.push_back(value_of(t, "optimization_barrier"));
+        vals = axle::optimization_barrier(std::move(vals));
+        std::vector<at::Tensor> r;
+        for (size_t i = 0; i < ts.size(); ++i) r.push_back(out_like(ts[i], vals[i]));
+        return r;
+      },
+      py::arg("tensors"),
+      "new tensors equal to `tensors`, behind one barrier the compiler does not look through "
+      "(common-subexpression elimination never merges what is computed from them with what is "
+      "computed from the originals)");
+  m.def(
+      "_replace_value_",
+      [](const at::Tensor& t, const at::Tensor& src) {
+        TORCH_CHECK(t.sizes() == src.sizes() && t.scalar_type() == src.scalar_type(), "[replace_value_] expected ",
+                    t.sizes(), " ", t.scalar_type(), ", got ", src.sizes(), " ", src.scalar_type());
+        put(t, value_of(src, "replace_value_"), "replace_value_");
+      },
+      py::arg("tensor"), py::arg("src"),
+      "tensor's storage takes src's value (its views read it when next used) without an autograd "
+      "in-place op: values autograd saved from it, and from its views, read the new value in backward "
+      "(FSDP's re-gather of a parameter for the backward)");
   m.def("_barrier", [] {
     py::gil_scoped_release nogil;
     axle::dist::barrier();

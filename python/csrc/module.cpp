@@ -5,9 +5,12 @@
 #include <torch/extension.h>
 #include <torch/library.h>
 
+#include <memory>
 #include <optional>
 
 #include "axle/compile.h"
+#include "axle/data/sampler.h"
+#include "axle/error.h"
 #include "axle/generator.h"
 #include "axle/metrics.h"
 #include "axle/runtime.h"
@@ -148,6 +151,26 @@ PYBIND11_MODULE(_C, m) {
         {"bytes_used", mi.bytes_used}, {"bytes_limit", mi.bytes_limit}, {"peak_bytes_used", mi.peak_bytes_used}};
   });
   m.def("_is_axle_tensor", [](const at::Tensor& t) { return is_xla(t); });
+  // The order in which axle's DataLoader visits a data set, so that a Python loop sees the
+  // batches axle-train sees: axle-train shuffles with RandomSampler(n, seed) on one process and
+  // with DistributedSampler(n, world, rank, shuffle, seed) on each of `world` processes.
+  m.def(
+      "_sampler_indices",
+      [](int64_t n, uint64_t seed, int64_t epoch, int world, int rank) {
+        AXLE_CHECK(world >= 1, "[_sampler_indices] expected world >= 1, got ", world);
+        std::unique_ptr<axle::data::Sampler> s;
+        if (world == 1) {
+          AXLE_CHECK(rank == 0, "[_sampler_indices] expected rank 0 with world 1, got rank ", rank);
+          s = std::make_unique<axle::data::RandomSampler>(n, seed);
+        } else {
+          s = std::make_unique<axle::data::DistributedSampler>(n, world, rank, /*shuffle=*/true, seed);
+        }
+        s->set_epoch(epoch);
+        return s->indices();
+      },
+      py::arg("n"), py::arg("seed"), py::arg("epoch") = 0, py::arg("world") = 1, py::arg("rank") = 0,
+      "epoch `epoch`'s indices of a data set of n samples as axle's shuffling samplers give them: RandomSampler(n, "
+      "seed) for world 1, else rank `rank`'s share of DistributedSampler(n, world, rank, shuffle=True, seed)");
   init_spmd(m);  // axle._C._spmd (spmd.cpp)
   init_dist(m);  // dist.cpp: launch, the xla process group, xm collectives
 }

@@ -64,20 +64,32 @@ def runs(tmp_path_factory):
     return {"one": one, "xm2": xm2, "ddp2": ddp2, "graphs": graphs, "out_xm": p_xm.stdout, "out_ddp": p_ddp.stdout}
 
 
-def test_torchrun_variables_make_each_process_one_rank(runs, tmp_path):
-    # Two processes started by hand as torchrun would (RANK, WORLD_SIZE, LOCAL_RANK,
-    # MASTER_ADDR:MASTER_PORT): launch spawns nothing, xla:// takes the ranks from them, and the
-    # TCP store and Gloo's TCP path give the losses of launch's children.
+# The variables each launcher gives rank r of 2 on one host (the master: this host).
+_LAUNCHERS = {
+    "torchrun": lambda r: dict(RANK=str(r), WORLD_SIZE="2", LOCAL_RANK=str(r), MASTER_ADDR="127.0.0.1"),
+    # srun: the master is the first host of the node list.
+    "slurm": lambda r: dict(SLURM_PROCID=str(r), SLURM_NTASKS="2", SLURM_LOCALID=str(r), SLURM_NODELIST="localhost"),
+}
+
+
+@pytest.mark.parametrize("launcher", sorted(_LAUNCHERS))
+def test_launcher_variables_make_each_process_one_rank(runs, tmp_path, launcher):
+    # Two processes started by hand as torchrun (RANK, WORLD_SIZE, LOCAL_RANK,
+    # MASTER_ADDR:MASTER_PORT) or Slurm's srun would: launch spawns nothing, xla:// takes the
+    # ranks from them (the C++ resolver, docs/distributed.md), and the TCP store and Gloo's TCP
+    # path give the losses of launch's children.
     import socket
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    e = dict(os.environ)
+    e = {k: v for k, v in os.environ.items()
+         if not k.startswith(("SLURM_", "OMPI_", "PMI_", "MPI_LOCALRANKID"))
+         and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR")}
     e["PYTHONPATH"] = PYDIR + os.pathsep + e.get("PYTHONPATH", "")
     procs = []
     for r in (0, 1):
-        env = dict(e, RANK=str(r), WORLD_SIZE="2", LOCAL_RANK=str(r), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        env = dict(e, MASTER_PORT=str(port), **_LAUNCHERS[launcher](r))
         procs.append(subprocess.Popen([sys.executable, os.path.join(PROGS, "train_mlp.py"), "ddp", "0", str(tmp_path)],
                                       env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
     outs = [p.communicate(timeout=240)[0] for p in procs]
@@ -217,7 +229,78 @@ def test_xmp_spawn_works_and_is_deprecated():
     assert "DeprecationWarning: torch_xla.distributed.xla_multiprocessing.spawn is deprecated" in p.stdout, p.stdout
 
 
+def test_torch_multiprocessing_spawn_makes_xla_ranks_and_is_deprecated():
+    p, _ = fault("mp_spawn")
+    assert p.returncode == 0, p.stdout + p.stderr
+    for r in (0, 1):
+        assert f"sum [3.0, 3.0, 3.0] world 2 rank {r}" in p.stdout, p.stdout
+    assert "DeprecationWarning: torch.multiprocessing.spawn with torch_xla is deprecated" in p.stdout, p.stdout
+
+
 def test_xm_and_torch_distributed_collectives_give_the_right_values():
     p, _ = fault("xm_collectives")
     assert p.returncode == 0, p.stdout + p.stderr
     assert p.stdout.count("xm collectives ok") == 2, p.stdout
+
+
+# ---------------------------------------------------------------- FSDP v1 (XlaFullyShardedDataParallel)
+
+@pytest.fixture(scope="module")
+def fsdp_runs(runs, tmp_path_factory):
+    out = tmp_path_factory.mktemp("fsdp")
+    graphs = tmp_path_factory.mktemp("fsdp-graphs")
+    r = {"one": runs["one"]}
+    for mode in ("fsdp-ckpt", "fsdp-keep", "fsdp-noflat", "fsdp-dim0-nowrap"):
+        env = {"SAVE_GRAPHS_UNDER": str(graphs / mode)} if mode in ("fsdp-ckpt", "fsdp-keep") else None
+        r[mode], _ = train(mode, 2, out, env=env)
+    r["fsdp-1"], _ = train("fsdp", 1, out)
+    r["graphs"] = graphs
+    return r
+
+
+@pytest.mark.parametrize("mode", ["fsdp-ckpt", "fsdp-keep", "fsdp-noflat", "fsdp-dim0-nowrap"])
+def test_fsdp_two_processes_match_one_process(fsdp_runs, mode):
+    # Rank 1 started from other weights: FSDP's broadcast of rank 0's made them equal. Every
+    # option (flat or per-parameter shards, resharded or kept, dim-0 shards, one unit or one per
+    # Linear) gives the one-process losses.
+    one = fsdp_runs["one"][0]["losses"]
+    assert close(one, mean_losses(fsdp_runs[mode])), (mode, one, mean_losses(fsdp_runs[mode]))
+    assert close(one, fsdp_runs["fsdp-1"][0]["losses"])
+    fallbacks = [k for r in fsdp_runs[mode] for k in r["counters"] if k.startswith(("aten::", "c10d::"))]
+    assert not fallbacks, fallbacks
+
+
+def _graph_ops(graphs, rank, op):
+    """The largest count of `op` in one saved graph of `rank` (the training step's)."""
+    counts = []
+    for path in glob.glob(os.path.join(graphs, f"rank{rank}", "*.dot")):
+        with open(path) as f:
+            counts.append(len(re.findall(rf"\b{op}\b", f.read())))
+    assert counts, f"no graphs saved under {graphs}"
+    return max(counts)
+
+
+def test_fsdp_collectives_are_in_the_step_graph_and_reshard_regathers(fsdp_runs):
+    # Two units (one per Linear, flat); the root holds no parameter. Kept: each unit
+    # all-gathers once, in forward. Resharded: the second Linear all-gathers again in backward
+    # (the barrier keeps CSE from merging the two); the first Linear's weight is not needed in
+    # backward (its input needs no gradient), so its re-gather is dead code the compiler drops.
+    # One reduce-scatter per unit either way.
+    g = fsdp_runs["graphs"]
+    for rank in (0, 1):
+        assert _graph_ops(g / "fsdp-ckpt", rank, "all_gather") == 3
+        assert _graph_ops(g / "fsdp-keep", rank, "all_gather") == 2
+        assert _graph_ops(g / "fsdp-ckpt", rank, "reduce_scatter") == 2
+        assert _graph_ops(g / "fsdp-keep", rank, "reduce_scatter") == 2
+
+
+def test_fsdp_checkpoint_consolidates_into_the_unwrapped_model(fsdp_runs):
+    r0 = fsdp_runs["fsdp-ckpt"][0]
+    assert r0["ckpt_keys"] == ["1.bias", "1.weight", "3.bias", "3.weight"], r0["ckpt_keys"]
+    assert abs(r0["ckpt_loss_sharded"] - r0["ckpt_loss_consolidated"]) <= 1e-5 * abs(r0["ckpt_loss_sharded"])
+    assert os.path.exists(r0["ckpt_path"])
+
+
+def test_fsdp_optimizer_step_is_refused_on_shards(fsdp_runs):
+    for r in fsdp_runs["fsdp-ckpt"]:
+        assert "FSDP parameters: call optimizer.step()" in r.get("optimizer_step_error", ""), r

@@ -19,6 +19,7 @@ from . import experimental  # noqa: F401,E402  (torch_xla.experimental.eager_mod
 from . import runtime  # noqa: F401,E402
 from . import _XLAC  # noqa: F401,E402  (torch_xla._XLAC._get_xla_sharding_spec after `import torch_xla`)
 from ._launch import launch  # noqa: F401,E402
+from .distributed import xla_multiprocessing as _xmp  # noqa: F401,E402  (mp.spawn makes xla ranks, deprecated)
 
 __all__ = ["device", "devices", "device_count", "sync", "step", "compile", "manual_seed", "experimental",
            "runtime", "launch"]

@@ -8,9 +8,10 @@ The rules are the C++ ones (``axle::launch``, src/dist/launch.cpp), used as they
   ``launch`` call, runs ``fn(index, *args)`` and exits. So, as with torch_xla's ``spawn``
   start method, what comes before ``launch`` must be cheap, deterministic and must not touch
   the xla device (keep it under ``if __name__ == '__main__':``).
-- Under an external launcher (torchrun: ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, and
-  ``MASTER_ADDR`` / ``MASTER_PORT`` across hosts) nothing is spawned: this process is one rank
-  and runs ``fn(LOCAL_RANK, *args)``.
+- Under an external launcher (torchrun or axle-run: ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``;
+  Slurm's ``srun``; Open MPI's or MPICH's ``mpirun``; and ``MASTER_ADDR`` / ``MASTER_PORT``
+  across hosts) nothing is spawned: this process is one rank and runs ``fn(local rank,
+  *args)``. The C++ resolver decides which variables count (docs/distributed.md).
 - Every process sees its own device as ``xla:0``.
 - A child that fails (exception, non-zero exit, signal) stops every other child; ``launch``
   then raises ``axle.AxleError`` naming the rank and the cause (``rank 1 was killed by signal

@@ -11,9 +11,15 @@ namespace axle::dist::detail {
 struct Job {
   int rank = 0, world = 1, local = 0;
   bool child = false;     ///< started by axle::launch (AXLE_LAUNCH_* variables)
-  bool external = false;  ///< started by an external launcher (RANK / WORLD_SIZE)
+  bool external = false;  ///< started by an external launcher (launch_env.h: torchrun, Slurm, MPI)
   std::string dir;        ///< child: the job's private rendezvous directory
   double timeout_s = 300;
+  // External launcher only (launch_env.h):
+  std::string launcher;       ///< "torchrun", "Open MPI", "MPICH/PMI", "Slurm"
+  std::string launcher_vars;  ///< the variables that set rank and world, for messages
+  std::string master_addr;    ///< empty: nothing names one
+  int master_port = 0;
+  std::string master_source;  ///< where master_addr came from, for messages
 };
 Job& job();
 

@@ -1,9 +1,9 @@
 // axle::launch: re-executes this program once per rank (posix_spawn of /proc/self/exe
 // with the same argv; fork() is unsafe once OpenMP / oneDNN threads exist). A child
 // recognises itself by AXLE_LAUNCH_* variables when it reaches launch(), runs fn(rank)
-// and exits. The parent forwards each child's output lines with a "[rank N] " prefix,
-// watches for failures (exception -> error file in the job directory, non-zero exit,
-// signal), kills every other child's process group, and throws naming the rank.
+// and exits. The parent supervises them (supervisor.h, shared with axle-run: each
+// child's output lines with a "[rank N] " prefix, fail-fast), and on a failure (exception
+// -> error file in the job directory, non-zero exit, signal) throws naming the rank.
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -30,6 +30,7 @@
 #include "axle/metrics.h"
 #include "dist/dist_internal.h"
 #include "dist/shm_allreduce.h"
+#include "dist/supervisor.h"
 
 extern char** environ;
 
@@ -39,11 +40,7 @@ namespace {
 namespace fs = std::filesystem;
 using dist::detail::job;
 
-int64_t mono_ns() {
-  timespec ts;
-  ::clock_gettime(CLOCK_MONOTONIC, &ts);
-  return int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec;
-}
+int64_t mono_ns() { return dist::detail::monotonic_ns(); }
 
 // Seed anti-pattern 1. What a process did with the xla device outside launched functions:
 // axle::device() calls, and xla tensors (the counter, less those created by functions that
@@ -176,17 +173,6 @@ void child_never_launched() {
 
 // ---------------- parent side ----------------
 
-struct Child {
-  int rank = 0;
-  pid_t pid = -1;
-  int fd[2] = {-1, -1};  // stdout, stderr read ends
-  std::string buf[2];
-  bool running = true;
-  int status = 0;
-  bool killed_by_us = false;
-  int64_t exit_ns = 0;
-};
-
 std::vector<std::string> self_argv() {
   std::ifstream f("/proc/self/cmdline", std::ios::binary);
   std::string all((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
@@ -204,45 +190,6 @@ std::vector<std::string> self_argv() {
   return args;
 }
 
-void emit(int stream, int rank, const std::string& line, bool prefix) {
-  std::string s = prefix ? "[rank " + std::to_string(rank) + "] " + line + "\n" : line + "\n";
-  FILE* f = stream == 0 ? stdout : stderr;
-  std::fwrite(s.data(), 1, s.size(), f);
-  std::fflush(f);
-}
-
-// Reads what is available; returns false at end of file.
-bool pump(Child& c, int stream, bool prefix) {
-  char tmp[65536];
-  ssize_t n = ::read(c.fd[stream], tmp, sizeof tmp);
-  if (n < 0 && (errno == EINTR || errno == EAGAIN)) return true;
-  if (n <= 0) {
-    if (!c.buf[stream].empty()) emit(stream, c.rank, c.buf[stream], prefix);
-    c.buf[stream].clear();
-    ::close(c.fd[stream]);
-    c.fd[stream] = -1;
-    return false;
-  }
-  std::string& b = c.buf[stream];
-  b.append(tmp, size_t(n));
-  size_t start = 0, nl;
-  while ((nl = b.find('\n', start)) != std::string::npos) {
-    emit(stream, c.rank, b.substr(start, nl - start), prefix);
-    start = nl + 1;
-  }
-  b.erase(0, start);
-  return true;
-}
-
-std::string describe_status(int status) {
-  if (WIFSIGNALED(status)) {
-    const int s = WTERMSIG(status);
-    return "was killed by signal " + std::to_string(s) + " (" + ::strsignal(s) + ")";
-  }
-  if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
-  return "stopped (status " + std::to_string(status) + ")";
-}
-
 struct Failure {
   int rank;
   bool primary;  // the cause, not a rank that lost its peers
@@ -250,38 +197,40 @@ struct Failure {
   std::string msg;
 };
 
+// One multi-process launch(): a private rendezvous directory, the children (supervisor.h),
+// and the report of a failure, which reads the error files the children left there.
 class Job {
  public:
   Job(int world, const LaunchOptions& o, int seq) : world_(world), opts_(o), seq_(seq) {}
   ~Job() {
-    kill_all();
-    for (Child& c : children_) {
-      for (int& fd : c.fd)
-        if (fd >= 0) ::close(fd);
-    }
     if (!dir_.empty()) {
       std::error_code ec;
       fs::remove_all(dir_, ec);
       ::shm_unlink(dist::detail::ShmAllReduce::name_for(dir_).c_str());  // if a child died before rank 0 unlinked it
     }
   }
+  Job(const Job&) = delete;
+  Job& operator=(const Job&) = delete;
 
   void run() {
     char tmpl[] = "/tmp/axle-launch-XXXXXX";
     AXLE_CHECK(::mkdtemp(tmpl), "[launch] cannot create a rendezvous directory in /tmp: ", std::strerror(errno));
     dir_ = tmpl;
     fs::create_directories(dir_ + "/store");
-    spawn_all();
-    monitor();
+    // Children end their own lives with the parent (run_child: PR_SET_PDEATHSIG), so the
+    // cheaper posix_spawn serves; a failure stops the others after 0.5 s with SIGKILL.
+    const dist::detail::SuperviseResult res =
+        dist::detail::supervise(specs(), {.prefix_output = opts_.prefix_output, .settle_s = 0.5, .grace_s = 0});
+    if (res.first_failed >= 0) report(res);
   }
 
  private:
-  void spawn_all() {
+  std::vector<dist::detail::ChildSpec> specs() const {
     char exe[4096];
     ssize_t n = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
     AXLE_CHECK(n > 0, "[launch] cannot find this program (/proc/self/exe): ", std::strerror(errno));
     exe[n] = '\0';
-    std::vector<std::string> args = self_argv();
+    const std::vector<std::string> args = self_argv();
     AXLE_CHECK(!args.empty(), "[launch] cannot read this program's arguments (/proc/self/cmdline)");
 
     // Environment: ours, minus stale launch variables, plus the child's identity.
@@ -301,139 +250,25 @@ class Job {
     std::ostringstream timeout;
     timeout << opts_.timeout_s;
 
+    std::vector<dist::detail::ChildSpec> out;
     for (int r = 0; r < world_; ++r) {
-      Child c;
-      c.rank = r;
-      int out[2], err[2];
-      AXLE_CHECK(::pipe2(out, O_CLOEXEC) == 0 && ::pipe2(err, O_CLOEXEC) == 0, "[launch] pipe() failed: ",
-                 std::strerror(errno));
-      std::vector<std::string> env = base;
-      env.push_back(std::string(dist::detail::kEnvRank) + "=" + std::to_string(r));
-      env.push_back(std::string(dist::detail::kEnvWorld) + "=" + std::to_string(world_));
-      env.push_back(std::string(dist::detail::kEnvDir) + "=" + dir_);
-      env.push_back(std::string(dist::detail::kEnvParent) + "=" + std::to_string(::getpid()));
-      env.push_back(std::string(dist::detail::kEnvTimeout) + "=" + timeout.str());
-      env.push_back(std::string(dist::detail::kEnvSeq) + "=" + std::to_string(seq_));
-      std::vector<char*> envp, argv;
-      for (auto& s : env) envp.push_back(s.data());
-      envp.push_back(nullptr);
-      for (auto& s : args) argv.push_back(s.data());
-      argv.push_back(nullptr);
-
-      posix_spawn_file_actions_t fa;
-      posix_spawn_file_actions_init(&fa);
-      posix_spawn_file_actions_adddup2(&fa, out[1], 1);
-      posix_spawn_file_actions_adddup2(&fa, err[1], 2);
-      posix_spawnattr_t attr;
-      posix_spawnattr_init(&attr);
-      // Its own process group: killing -pid also stops anything the child started.
-      posix_spawnattr_setpgroup(&attr, 0);
-      sigset_t none, all;
-      sigemptyset(&none);
-      sigemptyset(&all);
-      for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGCHLD, SIGUSR1, SIGUSR2}) sigaddset(&all, sig);
-      posix_spawnattr_setsigmask(&attr, &none);
-      posix_spawnattr_setsigdefault(&attr, &all);
-      posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-      pid_t pid = -1;
-      const int rc = ::posix_spawn(&pid, exe, &fa, &attr, argv.data(), envp.data());
-      posix_spawn_file_actions_destroy(&fa);
-      posix_spawnattr_destroy(&attr);
-      ::close(out[1]);
-      ::close(err[1]);
-      if (rc != 0) {
-        ::close(out[0]);
-        ::close(err[0]);
-        AXLE_FAIL("[launch] cannot start rank ", r, " (", exe, "): ", std::strerror(rc));
-      }
-      c.pid = pid;
-      c.fd[0] = out[0];
-      c.fd[1] = err[0];
-      children_.push_back(std::move(c));
+      dist::detail::ChildSpec c{.rank = r, .exe = exe, .argv = args, .env = base};
+      c.env.push_back(std::string(dist::detail::kEnvRank) + "=" + std::to_string(r));
+      c.env.push_back(std::string(dist::detail::kEnvWorld) + "=" + std::to_string(world_));
+      c.env.push_back(std::string(dist::detail::kEnvDir) + "=" + dir_);
+      c.env.push_back(std::string(dist::detail::kEnvParent) + "=" + std::to_string(::getpid()));
+      c.env.push_back(std::string(dist::detail::kEnvTimeout) + "=" + timeout.str());
+      c.env.push_back(std::string(dist::detail::kEnvSeq) + "=" + std::to_string(seq_));
+      out.push_back(std::move(c));
     }
+    return out;
   }
 
-  void reap(bool block) {
-    for (Child& c : children_) {
-      if (!c.running) continue;
-      int st = 0;
-      pid_t p = ::waitpid(c.pid, &st, block ? 0 : WNOHANG);
-      if (p == c.pid) {
-        c.running = false;
-        c.status = st;
-        c.exit_ns = mono_ns();
-      }
-    }
-  }
-
-  void kill_all() {
-    for (Child& c : children_) {
-      if (!c.running) continue;
-      c.killed_by_us = true;
-      ::kill(-c.pid, SIGKILL);
-      ::kill(c.pid, SIGKILL);
-    }
-    reap(/*block=*/true);
-  }
-
-  // Forwards output until every pipe is closed or `until` passes.
-  void pump_all(int timeout_ms) {
-    std::vector<pollfd> fds;
-    std::vector<std::pair<Child*, int>> who;
-    for (Child& c : children_)
-      for (int s = 0; s < 2; ++s)
-        if (c.fd[s] >= 0) {
-          fds.push_back({c.fd[s], POLLIN, 0});
-          who.push_back({&c, s});
-        }
-    if (fds.empty()) {
-      if (timeout_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(timeout_ms));
-      return;
-    }
-    if (::poll(fds.data(), fds.size(), timeout_ms) <= 0) return;
-    for (size_t i = 0; i < fds.size(); ++i)
-      if (fds[i].revents) pump(*who[i].first, who[i].second, opts_.prefix_output);
-  }
-
-  bool any_failed() const {
-    for (const Child& c : children_)
-      if (!c.running && !c.killed_by_us && c.status != 0) return true;
-    return false;
-  }
-  bool all_done() const {
-    for (const Child& c : children_)
-      if (c.running) return false;
-    return true;
-  }
-
-  void monitor() {
-    while (!all_done() && !any_failed()) {
-      pump_all(50);
-      reap(false);
-    }
-    if (any_failed()) {
-      // Give the others a moment to fail on their own (a lost peer), so the report can
-      // tell the cause from its consequences; then stop whatever still runs.
-      const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
-      while (!all_done() && std::chrono::steady_clock::now() < until) {
-        pump_all(20);
-        reap(false);
-      }
-      kill_all();
-    }
-    // Drain what the children wrote before they ended.
-    for (int i = 0; i < 100; ++i) {
-      bool open = false;
-      for (const Child& c : children_) open = open || c.fd[0] >= 0 || c.fd[1] >= 0;
-      if (!open) break;
-      pump_all(10);
-    }
-    if (!any_failed()) return;
-
+  [[noreturn]] void report(const dist::detail::SuperviseResult& res) const {
     std::vector<Failure> fails;
-    for (const Child& c : children_) {
-      if (c.killed_by_us || c.status == 0) continue;
-      Failure f{c.rank, true, c.exit_ns, "rank " + std::to_string(c.rank) + " " + describe_status(c.status)};
+    for (const dist::detail::ChildResult& c : res.children) {
+      if (!c.failed()) continue;
+      Failure f{c.rank, true, c.exit_ns, "rank " + std::to_string(c.rank) + " " + dist::detail::describe_status(c.status)};
       std::ifstream in(dir_ + "/error." + std::to_string(c.rank));
       std::string kind, when;
       if (in && std::getline(in, kind) && std::getline(in, when)) {
@@ -461,7 +296,6 @@ class Job {
   LaunchOptions opts_;
   int seq_;
   std::string dir_;
-  std::vector<Child> children_;
 };
 
 }  // namespace

@@ -43,6 +43,7 @@
 
 #include "axle/metrics.h"
 #include "dist/dist_internal.h"
+#include "dist/launch_env.h"
 #include "dist/shm_allreduce.h"
 #include "dist/tcp_store.h"
 
@@ -71,11 +72,16 @@ Job& job() {
       j->local = j->rank;
       if (const char* d = std::getenv(kEnvDir)) j->dir = d;
       if (const char* t = std::getenv(kEnvTimeout); t && *t) j->timeout_s = std::atof(t);
-    } else if (std::getenv("RANK") && std::getenv("WORLD_SIZE")) {
+    } else if (const LauncherEnv e = resolve_launcher_env(); e.found) {
       j->external = true;
-      j->rank = env_int("RANK", 0);
-      j->world = env_int("WORLD_SIZE", 1);
-      j->local = env_int("LOCAL_RANK", j->rank);
+      j->rank = e.rank;
+      j->world = e.world;
+      j->local = e.local;
+      j->launcher = e.family;
+      j->launcher_vars = e.vars;
+      j->master_addr = e.master_addr;
+      j->master_port = e.master_port;
+      j->master_source = e.master_source;
     }
     AXLE_CHECK(j->world >= 1 && j->rank >= 0 && j->rank < j->world, "[dist] expected 0 <= rank < world size, got rank ",
                j->rank, " of ", j->world);
@@ -708,17 +714,18 @@ std::shared_ptr<ProcessGroup> make_default_group(Registry& r) {
       r.store = std::move(fs);
       where = "AXLE_RENDEZVOUS_DIR " + std::string(d);
     } else {
-      const char* addr = std::getenv("MASTER_ADDR");
-      const char* port = std::getenv("MASTER_PORT");
-      AXLE_CHECK(addr && *addr && port && *port, "[dist] world size ", j.world,
-                 " without axle::launch needs MASTER_ADDR and MASTER_PORT (or AXLE_RENDEZVOUS_DIR, a fresh directory "
-                 "every rank can see)");
-      auto ts = detail::make_tcp_store(addr, std::atoi(port), j.rank == 0, timeout);
+      AXLE_CHECK(!j.master_addr.empty(), "[dist] world size ", j.world, " from ", j.launcher, " (", j.launcher_vars,
+                 ") without axle::launch needs MASTER_ADDR (MASTER_PORT defaults to ", detail::kDefaultMasterPort,
+                 "; under Slurm the first host of SLURM_NODELIST serves) or AXLE_RENDEZVOUS_DIR, a fresh directory "
+                 "every rank can see");
+      auto ts = detail::make_tcp_store(j.master_addr, j.master_port, j.rank == 0, timeout);
       local = ts->local_address();
       master = ts->master_address();
       has = [p = ts.get()](const std::string& k) { return p->check(k); };
       r.store = std::move(ts);
-      where = std::string(addr) + ":" + port + " (MASTER_ADDR:MASTER_PORT)";
+      where = j.master_addr + ":" + std::to_string(j.master_port) + " (" +
+              (j.master_source == "MASTER_ADDR" ? std::string("MASTER_ADDR:MASTER_PORT") : j.master_source) +
+              (j.launcher == "torchrun" ? "" : "; ranks from " + j.launcher + ": " + j.launcher_vars) + ")";
     }
     Agreement agreement(*r.store, has, j.rank, j.world, timeout, where);
     host = agree_on_addresses(agreement, j.rank, j.world, local, master, timeout);

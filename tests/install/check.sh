@@ -25,7 +25,7 @@ die() { echo "install_package: FAILED: $*" >&2; exit 1; }
 lib=$(find "$P" -name 'libaxle.so' | head -n 1)
 [ -n "$lib" ] || die "no libaxle.so under $P"
 LIBDIR=$(dirname "$lib")
-for f in include/axle/axle.h bin/axle-train bin/axle-fsdp-consolidate; do [ -e "$P/$f" ] || die "$f not installed"; done
+for f in include/axle/axle.h bin/axle-train bin/axle-fsdp-consolidate bin/axle-run; do [ -e "$P/$f" ] || die "$f not installed"; done
 [ -f "$LIBDIR/cmake/axle/axleConfig.cmake" ] && [ -f "$LIBDIR/cmake/axle/axleConfigVersion.cmake" ] \
   || die "no CMake package under $LIBDIR/cmake/axle"
 [ -f "$LIBDIR/pkgconfig/axle.pc" ] || die "no $LIBDIR/pkgconfig/axle.pc"

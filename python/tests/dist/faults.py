@@ -104,5 +104,12 @@ if __name__ == "__main__":
             warnings.simplefilter("always")
             xmp.spawn(works, args=(token,), nprocs=2)
         print("warned:", [str(x.category.__name__) + ": " + str(x.message) for x in w], flush=True)
+    elif case == "mp_spawn":
+        import torch.multiprocessing as mp
+
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            mp.spawn(works, args=(token,), nprocs=2)
+        print("warned:", [str(x.category.__name__) + ": " + str(x.message) for x in w], flush=True)
     else:
         launch(globals()[case], args=(token,), nprocs=2, timeout_s=60)

@@ -18,7 +18,7 @@ __all__ = [
     "world_size", "global_ordinal", "local_ordinal", "is_master_ordinal",
     "xrt_world_size", "get_ordinal", "get_local_ordinal",
     "all_reduce", "all_gather", "reduce_scatter", "broadcast", "rendezvous", "mesh_reduce",
-    "reduce_gradients", "optimizer_step",
+    "reduce_gradients", "optimizer_step", "optimization_barrier_",
 ]
 
 REDUCE_SUM = "sum"
@@ -166,6 +166,18 @@ def mesh_reduce(tag, data, reduce_fn):
         data = data.cpu()
     blobs = rendezvous(tag, pickle.dumps(data))
     return reduce_fn([pickle.loads(b) for b in blobs])
+
+
+def optimization_barrier_(tensors):
+    """torch_xla's ``xm.optimization_barrier_``: each tensor of the list is replaced, in place,
+    by its value behind one barrier the compiler does not look through, so what is computed
+    from them is never merged (CSE) with what is computed from the values before it."""
+    tensors = list(tensors)
+    if tensors:
+        for t, v in zip(tensors, axle._C._optimization_barrier(tensors)):
+            with torch.no_grad():
+                t.copy_(v)
+    return tensors
 
 
 # ---------------------------------------------------------------- the optimizer step

@@ -19,7 +19,7 @@ from .. import runtime
 from ..torch_xla import device as _device
 from ..torch_xla import sync as _sync
 from ._xm_dist import (REDUCE_MAX, REDUCE_MEAN, REDUCE_MIN, REDUCE_SUM, all_gather, all_reduce, broadcast,  # noqa: F401
-                       get_local_ordinal, get_ordinal, is_master_ordinal, mesh_reduce, optimizer_step,
+                       get_local_ordinal, get_ordinal, is_master_ordinal, mesh_reduce, optimization_barrier_, optimizer_step,
                        reduce_gradients, reduce_scatter, rendezvous, xrt_world_size)
 
 __all__ = ["xla_device", "mark_step", "optimizer_step", "get_memory_info", "save", "is_master_ordinal",

@@ -7,7 +7,8 @@ Importing this module registers it::
     dist.init_process_group("xla", init_method="xla://")
 
 ``xla://`` takes the rank and world size from the runtime (``torch_xla.launch``'s children,
-or torchrun's ``RANK`` / ``WORLD_SIZE``). The backend (``axle._C._XlaBackend``, a
+or an external launcher's variables: torchrun's or axle-run's ``RANK`` / ``WORLD_SIZE``,
+Slurm's, Open MPI's or MPICH's, resolved by the C++ as docs/distributed.md says). The backend (``axle._C._XlaBackend``, a
 ``c10d::Backend`` in python/csrc/dist.cpp) runs on axle's process group: its ``all_reduce``,
 ``all_gather`` (and ``all_gather_into_tensor``), ``reduce_scatter`` (and
 ``reduce_scatter_tensor``) and ``broadcast`` on xla tensors are collective ops in the lazy
