@@ -21,7 +21,7 @@ foreach(_line IN LISTS _axle_layer_lines)
   endif()
   separate_arguments(_words UNIX_COMMAND "${_line}")
   list(POP_FRONT _words _name)
-  if(_name MATCHES "^allow")  # known exceptions: the layering tests' business
+  if(_name MATCHES "^(allow|third-party)")  # exceptions and third-party rules: the layering test's business
     continue()
   endif()
   list(APPEND AXLE_LAYERS ${_name})

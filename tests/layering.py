@@ -22,6 +22,8 @@ import sys
 SCANNED = ("src", "include", "python")
 EXTENSIONS = (".h", ".hpp", ".cpp", ".cc", ".def", ".inc")
 INCLUDE = re.compile(r'^\s*#\s*include\s*(?:"([^"]+)"|<(axle/[^>]+)>)')
+ANY_INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]')
+THIRD_PARTY = {}  # header prefix -> the paths whose files may include it (src/LAYERS' third-party lines)
 
 
 def read_rule(root):
@@ -37,6 +39,11 @@ def read_rule(root):
                 if len(words) != 3:
                     sys.exit(f"src/LAYERS:{n}: expected 'allow-call FILE LAYER', got: {line.strip()}")
                 calls[(words[1], words[2])] = n
+                continue
+            if words[0] == "third-party":
+                if len(words) < 3:
+                    sys.exit(f"src/LAYERS:{n}: expected 'third-party PREFIX PATH...', got: {line.strip()}")
+                THIRD_PARTY[words[1]] = words[2:]
                 continue
             if words[0] == "allow":
                 if len(words) != 3:
@@ -90,6 +97,11 @@ def main():
                     continue
                 with open(os.path.join(root, rel), errors="replace") as f:
                     for n, line in enumerate(f, 1):
+                        t = ANY_INCLUDE.match(line)
+                        for prefix, paths in THIRD_PARTY.items():
+                            if t and t.group(1).startswith(prefix) and not any(rel.startswith(p) for p in paths):
+                                errors.append(f"{rel}:{n}: includes {t.group(1)}, a third-party header that only "
+                                              f"{', '.join(paths)} may include (src/LAYERS: third-party {prefix})")
                         m = INCLUDE.match(line)
                         if not m:
                             continue

@@ -461,6 +461,34 @@ inline Arr max_pool2d(const Arr& x, const Pool& p) {
         }
   return o;
 }
+/// Where each max_pool2d maximum came from (distinct values): its flat h * W + w in the plane, int64.
+inline Arr max_pool2d_indices(const Arr& x, const Pool& p) {
+  const int64_t N = x.shape[0], C = x.shape[1], H = x.shape[2], W = x.shape[3];
+  const int64_t OH = pool_out(H, p.kh, p.sh, p.ph, p.dh, p.ceil_mode), OW = pool_out(W, p.kw, p.sw, p.pw, p.dw, p.ceil_mode);
+  Arr o = zeros({N, C, OH, OW}, axle::kInt64);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t oh = 0; oh < OH; ++oh)
+        for (int64_t ow = 0; ow < OW; ++ow) {
+          double m = -std::numeric_limits<double>::infinity();
+          int64_t best = -1;
+          for (int64_t i = 0; i < p.kh; ++i)
+            for (int64_t j = 0; j < p.kw; ++j) {
+              int64_t h = oh * p.sh - p.ph + i * p.dh, w = ow * p.sw - p.pw + j * p.dw;
+              if (h >= 0 && h < H && w >= 0 && w < W && at(x, {n, c, h, w}) > m) m = at(x, {n, c, h, w}), best = h * W + w;
+            }
+          o.v[size_t(((n * C + c) * OH + oh) * OW + ow)] = double(best);
+        }
+  return o;
+}
+/// x [N, C, H, W] written at the flat indices of zero [OH, OW] planes (max_unpool2d).
+inline Arr max_unpool2d(const Arr& x, const Arr& idx, int64_t OH, int64_t OW) {
+  const int64_t N = x.shape[0], C = x.shape[1], HW = x.shape[2] * x.shape[3];
+  Arr o = zeros({N, C, OH, OW}, x.dtype);
+  for (int64_t nc = 0; nc < N * C; ++nc)
+    for (int64_t k = 0; k < HW; ++k) o.v[size_t(nc * OH * OW + int64_t(idx.v[size_t(nc * HW + k)]))] = x.v[size_t(nc * HW + k)];
+  return o;
+}
 /// Divisor: the window clipped to the padded input (count_include_pad), else its input elements.
 inline Arr avg_pool2d(const Arr& x, const Pool& p) {
   const int64_t N = x.shape[0], C = x.shape[1], H = x.shape[2], W = x.shape[3];

@@ -38,7 +38,8 @@ inline Arr one_hot(const Arr& x, int64_t classes) {
   return o;
 }
 
-/// torch.nn.functional.pad: pad = {last_left, last_right, ...}; mode 0 constant, 1 reflect, 2 replicate.
+/// torch.nn.functional.pad: pad = {last_left, last_right, ...}; mode 0 constant, 1 reflect, 2 replicate,
+/// 3 circular (non-negative sizes: position k - left, modulo the dim's size).
 inline Arr pad(const Arr& x, const std::vector<int64_t>& p, int mode, double value = 0) {
   Shape s = x.shape;
   const int64_t nd = x.dim();
@@ -56,6 +57,8 @@ inline Arr pad(const Arr& x, const std::vector<int64_t>& p, int mode, double val
         if (k >= n) k = 2 * (n - 1) - k;
       } else if (mode == 2) {
         k = std::min(std::max<int64_t>(k, 0), n - 1);
+      } else if (mode == 3) {
+        k = ((k % n) + n) % n;
       } else if (k < 0 || k >= n) {
         inside = false;
       }
@@ -91,6 +94,42 @@ inline Taps linear_taps(int64_t in, int64_t out, bool align, double sf) {
     int64_t k = std::min(int64_t(std::floor(real)), in - 1);
     float l = std::min(std::max(real - float(k), 0.f), 1.f);
     t.at.push_back({{k, 1.0 - double(l)}, {k + (k < in - 1 ? 1 : 0), double(l)}});
+  }
+  return t;
+}
+/// nearest-exact: output j reads floor((j + 1/2) * in / out) (no scale_factor), in double.
+inline Taps nearest_exact_taps(int64_t in, int64_t out) {
+  Taps t;
+  for (int64_t j = 0; j < out; ++j)
+    t.at.push_back({{std::min(int64_t(std::floor((double(j) + 0.5) * double(in) / double(out))), in - 1), 1.0}});
+  return t;
+}
+/// bicubic (Keys, a = -0.75), half-pixel centres: the 4 inputs around (j + 1/2) in / out - 1/2,
+/// indices clamped to [0, in), in double.
+inline Taps cubic_taps(int64_t in, int64_t out) {
+  auto kernel = [](double d) {
+    const double a = -0.75;
+    d = std::abs(d);
+    return d <= 1 ? ((a + 2) * d - (a + 3)) * d * d + 1 : d < 2 ? ((a * d - 5 * a) * d + 8 * a) * d - 4 * a : 0.0;
+  };
+  Taps t;
+  for (int64_t j = 0; j < out; ++j) {
+    const double real = (double(j) + 0.5) * double(in) / double(out) - 0.5;
+    const int64_t k = int64_t(std::floor(real));
+    std::vector<std::pair<int64_t, double>> at;
+    for (int64_t q = k - 1; q <= k + 2; ++q) at.push_back({std::min(std::max<int64_t>(q, 0), in - 1), kernel(real - double(q))});
+    t.at.push_back(at);
+  }
+  return t;
+}
+/// area: output j averages inputs [floor(j in / out), ceil((j + 1) in / out)).
+inline Taps area_taps(int64_t in, int64_t out) {
+  Taps t;
+  for (int64_t j = 0; j < out; ++j) {
+    const int64_t a = j * in / out, b = ((j + 1) * in + out - 1) / out;
+    std::vector<std::pair<int64_t, double>> at;
+    for (int64_t q = a; q < b; ++q) at.push_back({q, 1.0 / double(b - a)});
+    t.at.push_back(at);
   }
   return t;
 }

@@ -490,3 +490,20 @@ TEST(Nn, FunctionalAndModuleConvOptionsDoNotClash) {
   EXPECT_EQ(module_options.padding.h, functional.padding[0]);
 }
 }  // namespace both_namespaces_open
+
+// MaxPool2d's indices feed MaxUnpool2d (torch.nn.MaxUnpool2d): each maximum goes back to where
+// it was read, every other element is zero; the gradient reaches the maxima only.
+TEST(Modules, MaxUnpool2dUndoesMaxPool2dWithIndices) {
+  nn::MaxPool2d pool(2);
+  nn::MaxUnpool2d unpool(2);
+  Tensor x = from_vector(std::vector<float>{1, 5, 2, 0, 3, 4, 8, 7, -1, -2, 6, 9, -3, -4, 1, 2}, {1, 1, 4, 4});
+  x.set_requires_grad(true);
+  auto [y, idx] = pool.forward_with_indices(x);
+  EXPECT_EQ(idx.to_vector<int64_t>(), (std::vector<int64_t>{1, 6, 8, 11}));
+  Tensor u = unpool.forward(y, idx);
+  EXPECT_EQ(u.to_vector<float>(), (std::vector<float>{0, 5, 0, 0, 0, 0, 8, 0, -1, 0, 0, 9, 0, 0, 0, 0}));
+  sum(u).backward();
+  EXPECT_EQ(x.grad().to_vector<float>(), (std::vector<float>{0, 1, 0, 0, 0, 0, 1, 0, 1, 0, 0, 1, 0, 0, 0, 0}));
+  EXPECT_EQ(unpool.str(), "MaxUnpool2d(kernel_size=(2, 2), stride=(2, 2), padding=(0, 0))");
+  EXPECT_THROW(unpool.forward(y), Error);  // needs the indices
+}

@@ -279,6 +279,15 @@ std::vector<OpCase> build_table() {
   row({"clamp", {F({2, 3, 4}, -1, 1)}, AX(clamp(x[0], -0.4, 0.5)),
        RF(map(a[0], [](double v) { return std::min(std::max(v, -0.4), 0.5); }))});
   row({"clamp_min_only", {F({2, 3, 4}, -1, 1)}, AX(clamp(x[0], 0.1)), RF(map(a[0], [](double v) { return std::max(v, 0.1); }))});
+  // clamp keeps an integer dtype; tensor bounds broadcast (random values: no ties, so the
+  // gradient is the selected operand's).
+  row({"clamp_int64", {I({2, 5}, -9, 9)}, AX(clamp(x[0], -2, 5)), RF(map(a[0], [](double v) { return std::min(std::max(v, -2.0), 5.0); })),
+       false});
+  row({"clamp_tensor_bounds", {F({3, 4}), F({4}, -1, -0.2), F({3, 1}, 0.2, 1)}, AX(clamp(x[0], x[1], x[2])),
+       RF(arith(arith(a[0], a[1], [](double u, double v) { return std::max(u, v); }), a[2],
+                [](double u, double v) { return std::min(u, v); }))});
+  row({"clamp_tensor_min_only", {F({2, 3}), F({3})}, AX(clamp(x[0], x[1], Tensor())),
+       RF(arith(a[0], a[1], [](double u, double v) { return std::max(u, v); }))});
   row({"leaky_relu", {Nz({2, 3, 4})}, AX(leaky_relu(x[0])), RF(map(a[0], [](double v) { return v > 0 ? v : 0.01 * v; }))});
   row({"leaky_relu_slope", {Nz({2, 3, 4})}, AX(leaky_relu(x[0], 0.2)), RF(map(a[0], [](double v) { return v > 0 ? v : 0.2 * v; }))});
   row({"hardtanh", {F({2, 3, 4}, -2, 2)}, AX(hardtanh(x[0])), RF(map(a[0], [](double v) { return std::min(std::max(v, -1.0), 1.0); }))});
@@ -599,6 +608,17 @@ std::vector<OpCase> build_table() {
   row({"pad_replicate_2d", {F({2, 2, 3, 4})}, AX(pad(x[0], {2, 1, 1, 3}, "replicate")), RF(ref::pad(a[0], {2, 1, 1, 3}, 2))});
   row({"pad_replicate_3d", {F({1, 2, 2, 3, 2})}, AX(pad(x[0], {1, 1, 0, 2, 1, 0}, "replicate")),
        RF(ref::pad(a[0], {1, 1, 0, 2, 1, 0}, 2))});
+  row({"pad_circular_2d", {F({2, 2, 3, 4})}, AX(pad(x[0], {2, 1, 1, 3}, "circular")), RF(ref::pad(a[0], {2, 1, 1, 3}, 3))});
+  row({"interpolate_nearest_exact", {F({1, 2, 5, 4})}, AX(interpolate(x[0], {.size = {7, 3}, .mode = "nearest-exact"})),
+       RF(ref::resample(a[0], {ref::nearest_exact_taps(5, 7), ref::nearest_exact_taps(4, 3)}))});
+  row({"interpolate_linear", {F({2, 3, 4})}, AX(interpolate(x[0], {.size = {7}, .mode = "linear"})),
+       RF(ref::resample(a[0], {ref::linear_taps(4, 7, false, 0)}))});
+  row({"interpolate_bicubic", {F({1, 2, 3, 5})}, AX(interpolate(x[0], {.size = {5, 4}, .mode = "bicubic"})),
+       RF(ref::resample(a[0], {ref::cubic_taps(3, 5), ref::cubic_taps(5, 4)}))});
+  row({"interpolate_area_2d", {F({1, 2, 5, 7})}, AX(interpolate(x[0], {.size = {3, 4}, .mode = "area"})),
+       RF(ref::resample(a[0], {ref::area_taps(5, 3), ref::area_taps(7, 4)}))});
+  row({"interpolate_area_3d", {F({1, 2, 3, 5, 4})}, AX(interpolate(x[0], {.size = {2, 3, 2}, .mode = "area"})),
+       RF(ref::resample(a[0], {ref::area_taps(3, 2), ref::area_taps(5, 3), ref::area_taps(4, 2)}))});
   row({"interpolate_nearest_size", {F({2, 3, 5})}, AX(interpolate(x[0], {.size = {7}})),
        RF(ref::resample(a[0], {ref::nearest_taps(5, 7, 0)}))});
   // 1 / scale_factor, not in / out: 4 * 1.7 -> 6 rows read 0 0 1 1 2 2 (4 / 6 would read 0 0 1 2 2 3).
@@ -699,6 +719,12 @@ std::vector<OpCase> build_table() {
 
   // ---------------------------------------------------------------- pooling
   row({"max_pool2d", {D({2, 2, 4, 6})}, AX(max_pool2d(x[0])), RF(max_pool2d(a[0], {}))});
+  row({"max_pool2d_with_indices", {D({2, 2, 5, 6})},
+       AX(max_pool2d_with_indices(x[0], {.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}})),
+       RF(std::vector<Arr>{max_pool2d(a[0], {.kh = 3, .kw = 3, .sh = 2, .sw = 2, .ph = 1, .pw = 1}),
+                           max_pool2d_indices(a[0], {.kh = 3, .kw = 3, .sh = 2, .sw = 2, .ph = 1, .pw = 1})})});
+  row({"max_unpool2d", {F({1, 2, 2, 3}), Idx({1, 2, 2, 3}, {0, 3, 5, 13, 14, 23, 1, 2, 11, 12, 15, 22})},
+       AX(max_unpool2d(x[0], x[1], {})), RF(max_unpool2d(a[0], a[1], 4, 6))});
   row({"max_pool2d_floor", {D({1, 2, 5, 7})}, AX(max_pool2d(x[0])), RF(max_pool2d(a[0], {}))});
   row({"max_pool2d_stride_padding", {D({1, 2, 5, 5})}, AX(max_pool2d(x[0], {.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}})),
        RF(max_pool2d(a[0], {.kh = 3, .kw = 3, .sh = 2, .sw = 2, .ph = 1, .pw = 1}))});
@@ -1496,7 +1522,22 @@ std::vector<ErrCase> error_table() {
       {"pad_odd_length", "[pad]", [] { pad(zeros({2, 3}), {1}); }},
       {"pad_too_many", "[pad]", [] { pad(zeros({2, 3}), {1, 1, 1, 1, 1, 1}); }},
       {"pad_negative_too_large", "[pad]", [] { pad(zeros({2, 3}), {-2, -2}); }},
-      {"pad_unknown_mode", "[pad]", [] { pad(zeros({2, 3}), {1, 1}, "circular"); }},
+      {"pad_unknown_mode", "[pad]", [] { pad(zeros({2, 3}), {1, 1}, "wrap"); }},
+      // The cpu backend's limit (oneDNN's), checked by its kernel, not by the op table's shape rule.
+      {"matmul_rank_on_cpu", "[matmul]", [] {
+         const Shape s(13, 1);
+         matmul(zeros(s), zeros(s));
+       }},
+      {"pad_circular_wraps_twice", "[pad]", [] { pad(zeros({1, 2, 3}), {4, 0}, "circular"); }},
+      {"pad_circular_wraps_cropped", "[pad]", [] { pad(zeros({1, 2, 5}), {4, -2}, "circular"); }},
+      {"clamp_no_bounds", "[clamp]", [] { clamp(zeros({2}), Tensor(), Tensor()); }},
+      {"clamp_int32_bound_range", "[clamp]", [] { clamp(zeros({2}, {.dtype = kInt32}), 0, 1e10); }},
+      {"interpolate_antialias_nearest", "[interpolate]",
+       [] { interpolate(zeros({1, 1, 4, 4}), {.size = {2, 2}, .antialias = true}); }},
+      {"interpolate_bicubic_3d", "[interpolate]", [] { interpolate(zeros({1, 1, 4}), {.size = {2}, .mode = "bicubic"}); }},
+      {"max_unpool2d_float_indices", "[max_unpool2d]", [] { max_unpool2d(zeros({1, 1, 2, 2}), zeros({1, 1, 2, 2}), {}); }},
+      {"max_unpool2d_output_size", "[max_unpool2d]",
+       [=] { max_unpool2d(zeros({1, 1, 1, 1}), i64({0}).reshape({1, 1, 1, 1}), {}, {5, 2}); }},
       {"pad_reflect_too_large", "[pad]", [] { pad(zeros({1, 2, 3}), {3, 0}, "reflect"); }},
       {"pad_reflect_rank", "[pad]", [] { pad(zeros({4}), {1, 1}, "reflect"); }},
       {"pad_reflect_2d_of_2d", "[pad]", [] { pad(zeros({3, 4}), {1, 1, 1, 1}, "replicate"); }},
@@ -1513,7 +1554,7 @@ std::vector<ErrCase> error_table() {
        [] { interpolate(zeros({1, 1, 4}), {.size = {2}, .recompute_scale_factor = true}); }},
       {"interpolate_zero_output", "[interpolate]", [] { interpolate(zeros({1, 1, 4}), {.scale_factor = {0.1}}); }},
       {"interpolate_2d_input", "[interpolate]", [] { interpolate(zeros({4, 4}), {.size = {2}}); }},
-      {"interpolate_unknown_mode", "[interpolate]", [] { interpolate(zeros({1, 1, 4}), {.size = {2}, .mode = "bicubic"}); }},
+      {"interpolate_unknown_mode", "[interpolate]", [] { interpolate(zeros({1, 1, 4}), {.size = {2}, .mode = "cubic"}); }},
       {"einsum_operand_count", "[einsum]", [] { einsum("ij,jk->ik", {zeros({2, 3})}); }},
       {"einsum_dims", "[einsum]", [] { einsum("ij->i", {zeros({2, 3, 4})}); }},
       {"einsum_sizes", "[einsum]", [] { einsum("ij,jk->ik", {zeros({2, 3}), zeros({4, 2})}); }},

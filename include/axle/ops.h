@@ -38,10 +38,18 @@ Tensor erf(const Tensor& x);
 Tensor silu(const Tensor& x);
 /// log(1 + exp(beta x)) / beta, and x where beta x > threshold, as torch.nn.functional.softplus.
 Tensor softplus(const Tensor& x, double beta = 1, double threshold = 20);
-/// min(max(x, min), max), as torch.clamp (an unbounded side: +/-infinity); computes in float32.
-/// The gradient flows strictly inside (min, max), none at the bounds (PyTorch 2.x's rule).
+/// min(max(x, min), max), as torch.clamp (an unbounded side: +/-infinity). An integer x keeps
+/// its dtype (idx.clamp(0, n - 1) still indexes); a bound with a fraction makes it float32, as
+/// PyTorch promotes an integer tensor with a float scalar (a double carries no int/float type
+/// here, so its value decides, as add(x, double) does). The gradient flows strictly inside
+/// (min, max), none at the bounds (PyTorch 2.x's rule for scalar bounds).
 Tensor clamp(const Tensor& x, double min = -std::numeric_limits<double>::infinity(),
              double max = std::numeric_limits<double>::infinity());
+/// Tensor bounds, as torch.clamp with tensors: each optional (undefined), broadcast together, in the promoted
+/// dtype; min > max gives max, a NaN operand NaN. One bound: maximum(x, min) / minimum(x, max). With both, PyTorch
+/// 2.15's gradients: x's where neither x < min nor x > max; min's where x < min <= max; max's where x > max
+/// (min <= max) or max < min; a tie of x with a bound (min < max) halved; x == min == max all x's.
+Tensor clamp(const Tensor& x, const Tensor& min, const Tensor& max);
 /// x where x > 0, else negative_slope * x, as torch.nn.functional.leaky_relu.
 Tensor leaky_relu(const Tensor& x, double negative_slope = 0.01);
 /// x clamped to [min_val, max_val], as torch.nn.functional.hardtanh.
@@ -163,9 +171,10 @@ Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tens
 Tensor one_hot(const Tensor& x, int64_t num_classes = -1);
 /// Pads (or crops, with negative sizes) the last dims, as torch.nn.functional.pad: `pad` =
 /// {last_left, last_right, second_last_left, ...}; mode "constant" (with `value`), "reflect"
-/// (padding < the dim's size) or "replicate" (reflect and replicate pad the last 1-3 dims of
-/// a 2-D to 5-D input, as PyTorch). Gradients: the padding's own values get none; with
-/// reflect and replicate each output's gradient goes to the input element it copies (summed).
+/// (padding < the dim's size), "replicate" or "circular" (padding <= the dim's size: the
+/// left pad copies the dim's end, the right pad its start) (reflect, replicate and circular
+/// pad the last 1-3 dims of a 2-D to 5-D input, as PyTorch). Gradients: the padding's own
+/// values get none; otherwise each output's gradient goes to the input element it copies (summed).
 Tensor pad(const Tensor& x, const std::vector<int64_t>& pad, const std::string& mode = "constant", double value = 0);
 /// Einstein summation, as torch.einsum: "ij,jk->ik", implicit output ("ij,jk"), "..." for
 /// broadcast batch dims, repeated indices in one operand (diagonals); a subscript's size-1
@@ -215,24 +224,42 @@ struct Pool2dOptions {
   bool count_include_pad = true;  ///< avg_pool2d only: the explicit padding counts in the divisor
 };
 Tensor max_pool2d(const Tensor& x, const Pool2dOptions& o = {});
+/// max_pool2d and, as int64 of the output's shape, where each maximum came from: its flat
+/// index h * W + w in its [H, W] input plane (torch.nn.functional.max_pool2d with
+/// return_indices=True; ties and NaN as max_pool2d's gradient picks them).
+std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& x, const Pool2dOptions& o = {});
+/// The partial inverse of max_pool2d_with_indices, as torch.nn.functional.max_unpool2d: x
+/// [N, C, H, W] (or [C, H, W]) written at `indices` (flat h * W + w) of zero planes of
+/// output_size ([H, W] or the full shape; default (H - 1) * stride - 2 * padding + kernel).
+/// Uses o's kernel, stride and padding (no dilation, no ceil_mode). Gradient: x's gathered at
+/// indices. Repeated indices: the written value is unspecified, as in PyTorch.
+Tensor max_unpool2d(const Tensor& x, const Tensor& indices, const Pool2dOptions& o,
+                    const std::vector<int64_t>& output_size = {});
 Tensor avg_pool2d(const Tensor& x, const Pool2dOptions& o = {});
 Tensor adaptive_avg_pool2d(const Tensor& x, const std::vector<int64_t>& output_size);
 /// Options of interpolate, as torch.nn.functional.interpolate's: give size or scale_factor.
 struct InterpolateOptions {
   std::vector<int64_t> size{};       ///< the output's spatial size (one value for every dim, or one each)
   std::vector<double> scale_factor{};  ///< or the factor per spatial dim (one value for every dim, or one each)
-  std::string mode = "nearest";      ///< "nearest" or "bilinear" (4-D input only)
-  /// bilinear only (an error with nearest, as PyTorch): corner pixels' centres aligned; unset: false.
+  /// "nearest", "nearest-exact", "area" (3-D to 5-D input), "linear" (3-D), "bilinear",
+  /// "bicubic" (4-D) or "trilinear" (5-D), PyTorch's names and input ranks
+  std::string mode = "nearest";
+  /// linear, bilinear, bicubic and trilinear only (an error with the others, as PyTorch):
+  /// corner pixels' centres aligned; unset: false.
   std::optional<bool> align_corners{};
   /// With scale_factor: compute the sampling scale from the output size (true) or use the
   /// factor as given (false/unset), as PyTorch.
   std::optional<bool> recompute_scale_factor{};
+  /// bilinear and bicubic only: when downsampling, widen the filter to the scale (PyTorch's
+  /// and Pillow's antialiasing: a tent or a cubic with a = -0.5, weights normalised).
+  bool antialias = false;
 };
-/// Resizes the spatial dims of x [N, C, W] / [N, C, H, W] / [N, C, D, H, W] (nearest) or
-/// [N, C, H, W] (bilinear), as torch.nn.functional.interpolate, with PyTorch's float32 index
-/// and weight rules (nearest: floor(j * scale), scale = 1 / scale_factor when given and not
-/// recomputed, else in / out). Gradients: each output's back to the inputs it read (nearest)
-/// or weighted by its bilinear weights.
+/// Resizes the spatial dims of x [N, C, ...] as torch.nn.functional.interpolate, with
+/// PyTorch's float32 index and weight rules: nearest reads floor(j * scale), nearest-exact
+/// floor((j + 0.5) * scale) (scale = 1 / scale_factor when given and not recomputed, else
+/// in / out); linear modes weigh 2 neighbours per dim, bicubic 4 (a = -0.75, borders
+/// clamped); area is adaptive average pooling to the output size. Gradients: each output's
+/// back to the inputs it read, weighted as it read them.
 Tensor interpolate(const Tensor& x, const InterpolateOptions& o);
 
 // ---- normalization, activations, losses ----

@@ -1,7 +1,7 @@
 // The backend seam: what the lazy device needs from the hardware that runs its graphs.
 // A backend owns its device buffers (and their allocator's counters), host<->device
 // transfers, the passes it adds after the generic ones, lowering a program to an
-// executable, and running it. The lazy layer (src/lazy) talks to nothing else below it.
+// executable, and running it. src/lazy reaches these only through it (not yet SPMD's device threads: lazy/spmd_exec.cpp).
 //
 // Backends are registered explicitly (register_builtin_backends in backend.cpp, on first
 // use of backend_for), never by static initialisers, so registration works however axle

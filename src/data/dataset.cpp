@@ -5,7 +5,6 @@
 
 #include <cstring>
 
-#include "backend/cpu/loops.h"
 #include "core/tensor_impl.h"
 
 namespace axle::data {
@@ -76,7 +75,7 @@ Tensor gather_rows(const Tensor& x, const std::vector<int64_t>& indices, const c
   const int64_t n = x.size(0);
   for (int64_t k : indices)
     AXLE_CHECK(k >= 0 && k < n, "[", who, "] index ", k, " out of range for ", n, " rows");
-  const Tensor src = x.is_contiguous() ? x : cpu::contiguous_as(x, x.dtype());
+  const Tensor src = x.is_contiguous() ? x : x.detach().contiguous();
   Shape row(src.shape().begin() + 1, src.shape().end());
   Tensor out = make_tensor(with_batch(static_cast<int64_t>(indices.size()), row), src.dtype());
   const int64_t row_bytes = shape_numel(row) * static_cast<int64_t>(itemsize(src.dtype()));
@@ -97,8 +96,8 @@ void TensorDataset::reset(Tensor data, Tensor targets) {
   AXLE_CHECK(data.device().is_cpu() && targets.device().is_cpu(), "[TensorDataset] expected cpu tensors, got ",
              data.device(), " and ", targets.device());
   // Contiguous once here, so every batch is a plain row copy.
-  data_ = data.is_contiguous() ? data.detach() : cpu::contiguous_as(data, data.dtype());
-  targets_ = targets.is_contiguous() ? targets.detach() : cpu::contiguous_as(targets, targets.dtype());
+  data_ = data.is_contiguous() ? data.detach() : data.detach().contiguous();
+  targets_ = targets.is_contiguous() ? targets.detach() : targets.detach().contiguous();
 }
 
 int64_t TensorDataset::size() const { return data_.defined() ? data_.size(0) : 0; }

@@ -339,11 +339,33 @@ static std::string pool_repr(const Pool2dOptions& o) {
 MaxPool2d::MaxPool2d(Int2 k, std::optional<Int2> s, Int2 pad, Int2 dilation, bool ceil_mode)
     : options(make_pool("MaxPool2d", k, s, pad, dilation, ceil_mode, true)) {}
 Tensor MaxPool2d::forward(const Tensor& x) { return max_pool2d(x, options); }
+std::pair<Tensor, Tensor> MaxPool2d::forward_with_indices(const Tensor& x) { return max_pool2d_with_indices(x, options); }
 std::string MaxPool2d::extra_repr() const {
   const auto& d = options.dilation;
   return pool_repr(options) + ", dilation=" +
          (d[0] == d[1] ? std::to_string(d[0]) : "(" + std::to_string(d[0]) + ", " + std::to_string(d[1]) + ")") +
          ", ceil_mode=" + b2s(options.ceil_mode);
+}
+
+MaxUnpool2d::MaxUnpool2d(Int2 k, std::optional<Int2> s, Int2 pad) {
+  const Int2 st = s.value_or(k);
+  AXLE_CHECK(k.h > 0 && k.w > 0 && st.h > 0 && st.w > 0 && pad.h >= 0 && pad.w >= 0,
+             "[MaxUnpool2d] expected a positive kernel size and stride and a non-negative padding, got kernel ",
+             pair_str(k), ", stride ", pair_str(st), ", padding ", pair_str(pad));
+  options.kernel = k.vec();
+  options.stride = st.vec();
+  options.padding = pad.vec();
+}
+Tensor MaxUnpool2d::forward(const Tensor& x, const Tensor& indices, const std::vector<int64_t>& output_size) {
+  return max_unpool2d(x, indices, options, output_size);
+}
+Tensor MaxUnpool2d::forward(const Tensor&) {
+  AXLE_FAIL("[MaxUnpool2d] expected forward(x, indices[, output_size]) with MaxPool2d::forward_with_indices' ",
+            "indices, got forward(x) alone");
+}
+std::string MaxUnpool2d::extra_repr() const {  // PyTorch prints the pairs as tuples here
+  auto t = [](const std::vector<int64_t>& v) { return "(" + std::to_string(v[0]) + ", " + std::to_string(v[1]) + ")"; };
+  return "kernel_size=" + t(options.kernel) + ", stride=" + t(options.stride) + ", padding=" + t(options.padding);
 }
 
 AvgPool2d::AvgPool2d(Int2 k, std::optional<Int2> s, Int2 pad, bool ceil_mode, bool cip)

@@ -3,6 +3,7 @@
 // are in src/backend/cpu/kernels/elementwise.cpp.
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include "axle/ops.h"
 #include "ops/op.h"
@@ -252,9 +253,16 @@ void register_elementwise_ops() {
     const float bx = float(a.beta) * x;
     return bx > float(a.threshold) ? x : std::log1p(std::exp(bx)) / float(a.beta);
   });
-  AXLE_UNARY(Clamp, vjp_clamp, [](float x, const attr::Clamp& a) {  // min(max(x, min), max): max if min > max
-    const float lo = float(a.min), hi = float(a.max);
-    return x != x ? x : std::min(std::max(x, lo), hi);
+  AXLE_UNARY(Clamp, vjp_clamp, [](auto x, const attr::Clamp& a) {  // min(max(x, min), max): max if min > max
+    using T = decltype(x);
+    if constexpr (std::is_floating_point_v<T>) {
+      const T lo = T(a.min), hi = T(a.max);
+      return x != x ? x : std::min(std::max(x, lo), hi);
+    } else {  // integers: the integral part of the range (the bounds are whole here from the public clamp)
+      if (double(x) < a.min) x = T(std::ceil(a.min));
+      if (double(x) > a.max) x = T(std::floor(a.max));
+      return x;
+    }
   });
   AXLE_UNARY(LeakyRelu, vjp_leaky_relu,
              [](float x, const attr::LeakyRelu& a) { return x > 0.0f ? x : x * float(a.negative_slope); });
@@ -336,7 +344,58 @@ Tensor softplus(const Tensor& x, double beta, double threshold) {
   return call1(OpKind::Softplus, {x}, ops::attr::Softplus{.beta = beta, .threshold = threshold}.pack());
 }
 Tensor clamp(const Tensor& x, double min, double max) {
-  return call1(OpKind::Clamp, {x}, ops::attr::Clamp{.min = min, .max = max}.pack());
+  ops::check_defined(x, "clamp", "input");
+  const DType dt = x.dtype();
+  if (is_floating(dt)) return call1(OpKind::Clamp, {x}, ops::attr::Clamp{.min = min, .max = max}.pack());
+  // PyTorch's promotion of an integer (or bool) tensor with a scalar: a float bound makes it
+  // float32; a whole one keeps the dtype (bool: int64). A whole bound must fit the dtype.
+  auto whole = [](double v) { return std::isinf(v) || v == std::floor(v); };
+  if (!whole(min) || !whole(max)) return call1(OpKind::Clamp, {cast(x, kFloat32)}, ops::attr::Clamp{.min = min, .max = max}.pack());
+  const DType rt = dt == kBool ? kInt64 : dt;
+  const double lo = rt == kInt64 ? -9223372036854775808.0 : rt == kInt32 ? -2147483648.0 : 0.0;
+  const double hi = rt == kInt64 ? 9223372036854775807.0 : rt == kInt32 ? 2147483647.0 : 255.0;
+  for (double b : {min, max})
+    AXLE_CHECK(std::isinf(b) || (b >= lo && b <= hi), "[clamp] expected a bound that fits ", rt, " (", lo, " to ", hi,
+               "), got ", b);
+  return call1(OpKind::Clamp, {rt == dt ? x : cast(x, rt)}, ops::attr::Clamp{.min = min, .max = max}.pack());
+}
+Tensor clamp(const Tensor& x, const Tensor& min, const Tensor& max) {
+  ops::check_defined(x, "clamp", "input");
+  AXLE_CHECK(min.defined() || max.defined(), "[clamp] expected at least one of min and max, got neither");
+  DType dt = x.dtype();
+  if (min.defined()) dt = promote(dt, min.dtype());
+  if (max.defined()) dt = promote(dt, max.dtype());
+  auto as = [dt](const Tensor& t) { return !t.defined() || t.dtype() == dt ? t : cast(t, dt); };
+  const Tensor xs = as(x), lo = as(min), hi = as(max);
+  // One bound: PyTorch 2.15's clamp is maximum / minimum, their NaN and tie rules included.
+  if (!hi.defined()) return maximum(xs, lo);
+  if (!lo.defined()) return minimum(xs, hi);
+  // The value (a NaN operand gives NaN, as PyTorch; min > max gives max).
+  const Tensor v = minimum(maximum(xs, lo), hi);
+  const bool grads = xs.requires_grad() || lo.requires_grad() || hi.requires_grad();
+  if (!is_floating(dt) || !grads) return v;
+  // Both bounds: the same value routed so that autograd gives PyTorch 2.15's gradients
+  // (measured on its clamp.Tensor): x's where neither x < min nor x > max, min's where
+  // x < min <= max, max's where x > max with min <= max, or where max < min; a tie of x with
+  // one bound of min < max splits in half; x == min == max is x's. Without NaN these cases
+  // partition the positions; where the value is NaN it is added (detached) to the routed
+  // branch, which keeps PyTorch's gradient there (x NaN with max < min: x's and max's).
+  const Tensor yes = scalar_tensor(1, {.dtype = kBool}), no = scalar_tensor(0, {.dtype = kBool});
+  auto both = [&](const Tensor& a, const Tensor& b) { return where(a, b, no); };
+  auto either = [&](const Tensor& a, const Tensor& b) { return where(a, yes, b); };
+  auto negate = [&](const Tensor& a) { return where(a, no, yes); };
+  const Tensor below = lt(xs, lo), above = gt(xs, hi), ordered = le(lo, hi), spread = lt(lo, hi);
+  const Tensor in_x = both(negate(below), negate(above));
+  const Tensor to_lo = both(below, ordered), to_hi = either(both(above, ordered), lt(hi, lo));
+  const Tensor tie_lo = both(eq(xs, lo), spread), tie_hi = both(eq(xs, hi), spread);
+  const Tensor vd = v.detach();
+  Tensor r = where(to_hi, hi, vd);
+  r = where(to_lo, lo, r);
+  r = where(in_x, xs, r);
+  r = where(tie_hi, add(mul(xs, 0.5), mul(hi, 0.5)), r);  // halves: exact, no overflow
+  r = where(tie_lo, add(mul(xs, 0.5), mul(lo, 0.5)), r);
+  r = where(both(in_x, to_hi), add(xs, hi), r);  // x NaN and max < min
+  return where(ne(v, v), add(r, vd), r);
 }
 Tensor leaky_relu(const Tensor& x, double negative_slope) {
   return call1(OpKind::LeakyRelu, {x}, ops::attr::LeakyRelu{.negative_slope = negative_slope}.pack());

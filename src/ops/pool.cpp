@@ -196,6 +196,67 @@ Tensor max_pool2d(const Tensor& x, const Pool2dOptions& o) {
   return batched(x, "max_pool2d", [&](const Tensor& t) { return ops::call(ops::OpKind::MaxPool2d, {t}, {.ints = ints, .floats = {}})[0]; });
 }
 
+std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& x, const Pool2dOptions& o) {
+  auto ints = pool_ints(o, "max_pool2d", true);
+  ints.push_back(o.ceil_mode ? 1 : 0);
+  ops::check_defined(x, "max_pool2d", "input");
+  AXLE_CHECK(x.dim() == 3 || x.dim() == 4, "[max_pool2d] expected a 3-D or 4-D input, got ", shape_str(x.shape()));
+  const Tensor x4 = x.dim() == 3 ? unsqueeze(x, 0) : x;
+  const ops::Tensors yw = ops::call(ops::OpKind::MaxPool2d, {x4}, {.ints = ints, .floats = {}});
+  // The workspace holds the argmax's place k = a * kw + b in its window; PyTorch's index is the
+  // flat h * W + w of the input plane, h = oh * sh - ph + a * dh, w = ow * sw - pw + b * dw: a
+  // table lookup of k's offset plus the window's origin (host constants; the same graph on xla).
+  const int64_t kh = ints[0], kw = ints[1], sh = ints[2], sw = ints[3], ph = ints[4], pw = ints[5], dh = ints[6],
+                dw = ints[7];
+  const Shape& ys = yw[0].shape();
+  const int64_t W = x4.shape()[3], OH = ys[2], OW = ys[3];
+  std::vector<int64_t> offset(size_t(kh * kw)), origin(size_t(OH * OW));
+  for (int64_t a = 0; a < kh; ++a)
+    for (int64_t b = 0; b < kw; ++b) offset[size_t(a * kw + b)] = a * dh * W + b * dw;
+  for (int64_t i = 0; i < OH; ++i)
+    for (int64_t j = 0; j < OW; ++j) origin[size_t(i * OW + j)] = (i * sh - ph) * W + (j * sw - pw);
+  const Device dev = x.device();
+  const Tensor k = reshape(cast(yw[1], kInt64), {yw[1].numel()});
+  const Tensor at = reshape(index_select(from_vector(offset, {kh * kw}).to(dev), 0, k), ys);
+  Tensor idx = add(at, from_vector(origin, {OH, OW}).to(dev));
+  Tensor y = yw[0];
+  if (x.dim() == 3) y = squeeze(y, 0), idx = squeeze(idx, 0);
+  return {y, idx};
+}
+
+Tensor max_unpool2d(const Tensor& x, const Tensor& indices, const Pool2dOptions& o,
+                    const std::vector<int64_t>& output_size) {
+  const auto ints = pool_ints(o, "max_unpool2d", false);
+  AXLE_CHECK(!o.ceil_mode, "[max_unpool2d] takes no ceil_mode (the output size is given by output_size)");
+  ops::check_defined(x, "max_unpool2d", "input");
+  ops::check_defined(indices, "max_unpool2d", "indices");
+  AXLE_CHECK(x.dim() == 3 || x.dim() == 4, "[max_unpool2d] expected a 3-D or 4-D input, got ", shape_str(x.shape()));
+  AXLE_CHECK(indices.dtype() == kInt64, "[max_unpool2d] expected int64 indices, got ", indices.dtype());
+  AXLE_CHECK(indices.shape() == x.shape(), "[max_unpool2d] expected indices of the input's shape ",
+             shape_str(x.shape()), ", got ", shape_str(indices.shape()));
+  const int64_t nd = x.dim(), H = x.shape()[size_t(nd - 2)], W = x.shape()[size_t(nd - 1)];
+  // PyTorch's _unpool_output_size: the default, or a given size within a stride of it.
+  int64_t out[2] = {(H - 1) * ints[2] - 2 * ints[4] + ints[0], (W - 1) * ints[3] - 2 * ints[5] + ints[1]};
+  if (!output_size.empty()) {
+    AXLE_CHECK(output_size.size() == 2 || int64_t(output_size.size()) == nd,
+               "[max_unpool2d] expected output_size of 2 or ", nd, " values, got ", output_size.size());
+    for (size_t d = 0; d < 2; ++d) {
+      const int64_t want = output_size[output_size.size() - 2 + d], s = ints[2 + d];
+      AXLE_CHECK(want > out[d] - s && want < out[d] + s, "[max_unpool2d] expected output_size's dim ", d,
+                 " between ", out[d] - s, " and ", out[d] + s, " (exclusive), got ", want);
+      out[d] = want;
+    }
+  }
+  AXLE_CHECK(out[0] > 0 && out[1] > 0, "[max_unpool2d] expected a positive output size, got ", out[0], "x", out[1]);
+  const Tensor x4 = nd == 3 ? unsqueeze(x, 0) : x, i4 = nd == 3 ? unsqueeze(indices, 0) : indices;
+  const int64_t N = x4.shape()[0], C = x4.shape()[1];
+  // Each input written at its flat index of a zero plane (scatter checks the range).
+  const Tensor plane = zeros({N, C, out[0] * out[1]}, {.dtype = x.dtype(), .device = x.device()});
+  Tensor y = scatter(plane, 2, reshape(i4, {N, C, H * W}), reshape(x4, {N, C, H * W}));
+  y = reshape(y, {N, C, out[0], out[1]});
+  return nd == 3 ? squeeze(y, 0) : y;
+}
+
 Tensor avg_pool2d(const Tensor& x, const Pool2dOptions& o) {
   auto ints = pool_ints(o, "avg_pool2d", false);
   ints.push_back(o.count_include_pad ? 1 : 0);

@@ -1,7 +1,8 @@
 // Composites of the index and linear-algebra ops, with PyTorch's semantics: one_hot, pad,
-// interpolate (nearest, bilinear) and einsum. Each is built only from existing ops (scatter,
-// slice, cat, index_select, mul/add, permute, reshape, sum, matmul), so its gradient, lazy
-// tracing and fusion come from theirs; no op table entry.
+// interpolate (every mode, as index_select taps per dim; area on 3-D/4-D inputs is
+// adaptive_avg_pool2d) and einsum. Each is built only from existing ops (scatter, slice, cat,
+// index_select, mul/add, permute, reshape, sum, matmul, adaptive_avg_pool2d), so its gradient,
+// lazy tracing and fusion come from theirs; no op table entry.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -86,8 +87,8 @@ Tensor pad(const Tensor& x, const std::vector<int64_t>& pad, const std::string& 
     }
     return y;
   }
-  AXLE_CHECK(mode == "reflect" || mode == "replicate", "[pad] expected mode \"constant\", \"reflect\" or \"replicate\", got \"",
-             mode, "\"");
+  AXLE_CHECK(mode == "reflect" || mode == "replicate" || mode == "circular",
+             "[pad] expected mode \"constant\", \"reflect\", \"replicate\" or \"circular\", got \"", mode, "\"");
   AXLE_CHECK(value == 0, "[pad] mode \"", mode, "\" takes no value (only \"constant\" does), got ", value);
   AXLE_CHECK(np >= 1 && np <= 3 && (nd == np + 1 || nd == np + 2), "[pad] mode \"", mode,
              "\" pads the last 1, 2 or 3 dims of a 2-D/3-D, 3-D/4-D or 4-D/5-D input (the batch dim optional): expected ",
@@ -96,7 +97,7 @@ Tensor pad(const Tensor& x, const std::vector<int64_t>& pad, const std::string& 
   for (int64_t d = (nd == np + 2 ? 1 : 0); d < nd; ++d)
     AXLE_CHECK(x.shape()[size_t(d)] > 0, "[pad] mode \"", mode, "\" expected non-empty dims apart from the batch, got ",
                shape_str(x.shape()));
-  const bool reflect = mode == "reflect";
+  const bool reflect = mode == "reflect", circular = mode == "circular";
   Tensor y = x;
   for (int64_t i = 0; i < np; ++i) {
     const int64_t d = nd - 1 - i, l = pad[size_t(2 * i)], r = pad[size_t(2 * i + 1)];
@@ -105,14 +106,23 @@ Tensor pad(const Tensor& x, const std::vector<int64_t>& pad, const std::string& 
     if (reflect)
       AXLE_CHECK(l < n && r < n, "[pad] mode \"reflect\" expected padding smaller than dim ", d, " (size ", n,
                  "), got (", l, ", ", r, ")");
+    // circular: a negative side crops first (PyTorch), then each positive side copies the kept
+    // part's other end, wrapping around it at most once.
+    const int64_t skip = std::max<int64_t>(-l, 0), kept = n - skip - std::max<int64_t>(-r, 0);
+    if (circular)
+      AXLE_CHECK(kept >= 1 && l <= kept && r <= kept, "[pad] mode \"circular\" expected padding no larger than dim ", d,
+                 " (size ", n, ", ", kept, " after cropping) so it wraps around at most once, got (", l, ", ", r, ")");
     AXLE_CHECK(out >= 1, "[pad] expected an output size >= 1 in dim ", d, ": size ", n, " with padding (", l, ", ", r,
                ") gives ", out);
-    // Output position j reads input position j - l, reflected (without repeating the edge) or
-    // clamped into [0, n); the gradient sums back through index_select's index_add.
+    // Output position j reads input position j - l, reflected (without repeating the edge),
+    // wrapped around (circular) or clamped into [0, n); the gradient sums back through
+    // index_select's index_add.
     std::vector<int64_t> idx(static_cast<size_t>(out));
     for (int64_t j = 0; j < out; ++j) {
       int64_t k = j - l;
-      if (reflect) {
+      if (circular) {
+        k = skip + (((j - std::max<int64_t>(l, 0)) % kept) + kept) % kept;
+      } else if (reflect) {
         if (k < 0) k = -k;
         if (k >= n) k = 2 * (n - 1) - k;
       } else {
@@ -143,55 +153,178 @@ float sampling_scale(int64_t in, int64_t out, bool align_corners, double scale_f
   return scale_factor > 0 ? float(1.0 / scale_factor) : float(in) / float(out);
 }
 
+/// One dim's resampling as taps: output j = sum_k w[k][j] * x[idx[k][j]] (k in taps' order,
+/// PyTorch's order of the sum); `w` empty: one tap read as is (nearest).
+struct Taps {
+  std::vector<std::vector<int64_t>> idx;
+  std::vector<std::vector<float>> w;
+};
+
+Taps make_taps(size_t k, int64_t out, bool weighted) {
+  Taps t;
+  t.idx.assign(k, std::vector<int64_t>(size_t(out)));
+  if (weighted) t.w.assign(k, std::vector<float>(size_t(out)));
+  return t;
+}
+
 /// Nearest: output j reads floor(j * scale) (PyTorch's nearest_idx: identity when out == in,
-/// j / 2 when out == 2 in), clamped to in - 1.
-std::vector<int64_t> nearest_index(int64_t in, int64_t out, double scale_factor) {
-  std::vector<int64_t> idx(static_cast<size_t>(out));
+/// j / 2 when out == 2 in), clamped to in - 1; nearest-exact reads floor((j + 0.5) * scale)
+/// (the product in double, rounded to float, as PyTorch's floorf of it).
+Taps nearest_taps(int64_t in, int64_t out, double scale_factor, bool exact) {
+  Taps t = make_taps(1, out, false);
   const float scale = sampling_scale(in, out, false, scale_factor);
   for (int64_t j = 0; j < out; ++j) {
-    if (out == in) idx[size_t(j)] = j;
-    else if (out == 2 * in) idx[size_t(j)] = j >> 1;
-    else idx[size_t(j)] = std::min(int64_t(std::floor(float(j) * scale)), in - 1);
+    int64_t& i = t.idx[0][size_t(j)];
+    if (exact) i = std::min(int64_t(std::floor(float((double(j) + 0.5) * double(scale)))), in - 1);
+    else if (out == in) i = j;
+    else if (out == 2 * in) i = j >> 1;
+    else i = std::min(int64_t(std::floor(float(j) * scale)), in - 1);
   }
-  return idx;
+  return t;
 }
 
 /// Linear: output j = x[i0] * w0 + x[i1] * w1 (PyTorch's compute_source_index_and_lambda, in float).
-void linear_weights(int64_t in, int64_t out, bool align_corners, double scale_factor, std::vector<int64_t>& i0,
-                    std::vector<int64_t>& i1, std::vector<float>& w0, std::vector<float>& w1) {
-  i0.resize(size_t(out)), i1.resize(size_t(out)), w0.resize(size_t(out)), w1.resize(size_t(out));
+Taps linear_taps(int64_t in, int64_t out, bool align_corners, double scale_factor) {
+  Taps t = make_taps(2, out, true);
   const float scale = sampling_scale(in, out, align_corners, scale_factor);
   for (int64_t j = 0; j < out; ++j) {
+    const size_t u = size_t(j);
     if (out == in) {
-      i0[size_t(j)] = i1[size_t(j)] = j, w0[size_t(j)] = 1.f, w1[size_t(j)] = 0.f;
+      t.idx[0][u] = t.idx[1][u] = j, t.w[0][u] = 1.f, t.w[1][u] = 0.f;
       continue;
     }
     float real = align_corners ? scale * float(j) : scale * (float(j) + 0.5f) - 0.5f;
     if (!align_corners && real < 0.f) real = 0.f;
     const int64_t k = std::min(int64_t(std::floor(real)), in - 1);
     const float lambda = std::min(std::max(real - float(k), 0.f), 1.f);
-    i0[size_t(j)] = k;
-    i1[size_t(j)] = k + (k < in - 1 ? 1 : 0);
-    w1[size_t(j)] = lambda;
-    w0[size_t(j)] = 1.f - lambda;
+    t.idx[0][u] = k;
+    t.idx[1][u] = k + (k < in - 1 ? 1 : 0);
+    t.w[1][u] = lambda;
+    t.w[0][u] = 1.f - lambda;
   }
+  return t;
+}
+
+// Keys' cubic convolution kernel (PyTorch's cubic_convolution1 for |x| <= 1, 2 for 1 < |x| < 2).
+float cubic1(float x, float A) { return ((A + 2) * x - (A + 3)) * x * x + 1; }
+float cubic2(float x, float A) { return ((A * x - 5 * A) * x + 8 * A) * x - 4 * A; }
+
+/// Bicubic: 4 taps around floor(real) with A = -0.75, indices clamped to the border (PyTorch's
+/// HelperInterpCubic: the source index unclamped, guard_index_and_lambda, the coefficients).
+Taps cubic_taps(int64_t in, int64_t out, bool align_corners, double scale_factor) {
+  Taps t = make_taps(4, out, true);
+  const float scale = sampling_scale(in, out, align_corners, scale_factor), A = -0.75f;
+  for (int64_t j = 0; j < out; ++j) {
+    const size_t u = size_t(j);
+    const float real = align_corners ? scale * float(j) : scale * (float(j) + 0.5f) - 0.5f;
+    const int64_t k = std::min(int64_t(std::floor(real)), in - 1);
+    const float lambda = std::min(std::max(real - float(k), 0.f), 1.f);
+    const float w[4] = {cubic2(lambda + 1, A), cubic1(lambda, A), cubic1(1 - lambda, A), cubic2(2 - lambda, A)};
+    for (size_t q = 0; q < 4; ++q) {
+      t.idx[q][u] = std::clamp<int64_t>(k - 1 + int64_t(q), 0, in - 1);
+      t.w[q][u] = w[q];
+    }
+  }
+  return t;
+}
+
+/// Antialiased bilinear / bicubic (PyTorch's _compute_weights_aa, Pillow's resampling): output
+/// j reads [xmin, xmin + xsize) around centre scale * (j + 0.5), weighted by the filter (a tent,
+/// or a cubic with a = -0.5) stretched by the scale when downsampling, normalised to sum 1.
+Taps antialias_taps(int64_t in, int64_t out, bool align_corners, double scale_factor, bool cubic) {
+  const float scale = sampling_scale(in, out, align_corners, scale_factor);
+  const float interp = cubic ? 4.f : 2.f;
+  const float support = scale >= 1.f ? interp * 0.5f * scale : interp * 0.5f;
+  const size_t kmax = size_t(std::ceil(support)) * 2 + 1;
+  const float invscale = scale >= 1.f ? 1.f / scale : 1.f;
+  auto filter = [cubic](float x) {
+    x = std::abs(x);
+    if (!cubic) return x < 1.f ? 1.f - x : 0.f;
+    return x < 1.f ? cubic1(x, -0.5f) : x < 2.f ? cubic2(x, -0.5f) : 0.f;
+  };
+  Taps t = make_taps(kmax, out, true);
+  for (int64_t j = 0; j < out; ++j) {
+    const size_t u = size_t(j);
+    const float center = scale * (float(j) + 0.5f);
+    const int64_t xmin = std::max<int64_t>(int64_t(center - support + 0.5f), 0);
+    const int64_t xsize = std::min<int64_t>(int64_t(center + support + 0.5f), in) - xmin;
+    float total = 0.f;
+    for (size_t q = 0; q < kmax; ++q) {
+      const bool inside = int64_t(q) < xsize;
+      const float w = inside ? filter((float(int64_t(q) + xmin) - center + 0.5f) * invscale) : 0.f;
+      t.idx[q][u] = inside ? xmin + int64_t(q) : std::min(xmin, in - 1);  // outside: any valid index, weight 0
+      t.w[q][u] = w;
+      total += w;
+    }
+    if (total != 0.f)
+      for (size_t q = 0; q < kmax; ++q) t.w[q][u] /= total;
+  }
+  return t;
+}
+
+/// Area (adaptive average pooling's windows): output j averages [floor(j in / out), ceil((j + 1) in / out)).
+Taps area_taps(int64_t in, int64_t out) {
+  auto start = [&](int64_t j) { return (j * in) / out; };
+  auto stop = [&](int64_t j) { return ((j + 1) * in + out - 1) / out; };
+  size_t kmax = 1;
+  for (int64_t j = 0; j < out; ++j) kmax = std::max(kmax, size_t(stop(j) - start(j)));
+  Taps t = make_taps(kmax, out, true);
+  for (int64_t j = 0; j < out; ++j) {
+    const int64_t a = start(j), len = stop(j) - a;
+    for (size_t q = 0; q < kmax; ++q) {
+      const bool inside = int64_t(q) < len;
+      t.idx[q][size_t(j)] = inside ? a + int64_t(q) : a;
+      t.w[q][size_t(j)] = inside ? 1.f / float(len) : 0.f;
+    }
+  }
+  return t;
+}
+
+/// x resampled along dim d by the taps: sum_k index_select(x, d, idx_k) * w_k, left to right.
+Tensor apply_taps(const Tensor& x, int64_t d, const Taps& t) {
+  const int64_t n = int64_t(t.idx[0].size());
+  Shape ws(static_cast<size_t>(x.dim() - d), 1);
+  ws[0] = n;
+  Tensor y;
+  for (size_t k = 0; k < t.idx.size(); ++k) {
+    Tensor r = index_select(x, d, index_on(t.idx[k], x.device()));
+    if (!t.w.empty()) r = mul(r, floats_on(t.w[k], ws, x.device()));
+    y = y.defined() ? add(y, r) : r;
+  }
+  return y;
+}
+
+/// Whether PyTorch accepts `mode` for an input of `dim` dims.
+bool mode_takes_rank(const std::string& mode, int64_t dim) {
+  if (mode == "nearest" || mode == "nearest-exact" || mode == "area") return dim >= 3 && dim <= 5;
+  if (mode == "linear") return dim == 3;
+  if (mode == "bilinear" || mode == "bicubic") return dim == 4;
+  if (mode == "trilinear") return dim == 5;
+  return false;
 }
 
 }  // namespace
 
 Tensor interpolate(const Tensor& x, const InterpolateOptions& o) {
   ops::check_defined(x, "interpolate", "input");
-  const bool bilinear = o.mode == "bilinear";
-  AXLE_CHECK(o.mode == "nearest" || bilinear, "[interpolate] expected mode \"nearest\" or \"bilinear\", got \"", o.mode,
-             "\"");
-  AXLE_CHECK(!(o.align_corners.has_value() && !bilinear),
-             "[interpolate] align_corners can only be set with mode \"bilinear\", got it with \"", o.mode, "\"");
-  if (bilinear)
-    AXLE_CHECK(x.dim() == 4, "[interpolate] mode \"bilinear\" expected a 4-D input [N, C, H, W], got ",
-               shape_str(x.shape()));
-  else
-    AXLE_CHECK(x.dim() >= 3 && x.dim() <= 5, "[interpolate] mode \"nearest\" expected a 3-D, 4-D or 5-D input ",
-               "[N, C, ...], got ", shape_str(x.shape()));
+  const std::string& m = o.mode;
+  const bool nearest = m == "nearest" || m == "nearest-exact", area = m == "area";
+  const bool linear = m == "linear" || m == "bilinear" || m == "trilinear", cubic = m == "bicubic";
+  AXLE_CHECK(nearest || area || linear || cubic,
+             "[interpolate] expected mode \"nearest\", \"nearest-exact\", \"area\", \"linear\", \"bilinear\", ",
+             "\"bicubic\" or \"trilinear\", got \"", m, "\"");
+  AXLE_CHECK(!(o.align_corners.has_value() && !(linear || cubic)),
+             "[interpolate] align_corners can only be set with the interpolating modes (linear, bilinear, bicubic, ",
+             "trilinear), got it with \"", m, "\"");
+  AXLE_CHECK(!o.antialias || ((m == "bilinear" || cubic) && x.dim() == 4),
+             "[interpolate] antialias needs mode \"bilinear\" or \"bicubic\" and a 4-D input, got \"", m, "\" and ",
+             shape_str(x.shape()));
+  AXLE_CHECK(mode_takes_rank(m, x.dim()), "[interpolate] mode \"", m, "\" expected a ",
+             nearest || area ? "3-D, 4-D or 5-D input [N, C, ...]"
+             : m == "linear" ? "3-D input [N, C, W]"
+             : m == "trilinear" ? "5-D input [N, C, D, H, W]"
+                                : "4-D input [N, C, H, W]",
+             ", got ", shape_str(x.shape()));
   AXLE_CHECK(x.dtype() == kFloat32, "[interpolate] expected a float32 input, got ", x.dtype());
   AXLE_CHECK(o.size.empty() != o.scale_factor.empty(), "[interpolate] expected exactly one of size and scale_factor, got ",
              o.size.empty() ? "neither" : "both");
@@ -215,23 +348,25 @@ Tensor interpolate(const Tensor& x, const InterpolateOptions& o) {
     AXLE_CHECK(xs[size_t(i + 2)] > 0 && out[size_t(i)] > 0,
                "[interpolate] expected input and output sizes > 0, got input ", shape_str(xs), " and output size ",
                shape_str(out));
+  // area on 1-D and 2-D inputs is adaptive_avg_pool2d itself (PyTorch's definition): its kernel's sums.
+  if (area && ns == 1) return squeeze(adaptive_avg_pool2d(unsqueeze(x, 2), {1, out[0]}), 2);
+  if (area && ns == 2) return adaptive_avg_pool2d(x, {out[0], out[1]});
   const bool align = o.align_corners.value_or(false);
   Tensor y = x;
   // Dim by dim, the last first: bilinear's value is then (x[h0, w0] w0 + x[h0, w1] w1) h0 +
-  // (x[h1, w0] w0 + x[h1, w1] w1) h1, PyTorch's grouping of the same products.
+  // (x[h1, w0] w0 + x[h1, w1] w1) h1, PyTorch's grouping of the same products (bicubic's and
+  // the antialiased passes' likewise).
   for (int64_t i = ns - 1; i >= 0; --i) {
     const int64_t d = i + 2, in = xs[size_t(d)], n = out[size_t(i)];
-    if (!bilinear) {
-      if (n != in) y = index_select(y, d, index_on(nearest_index(in, n, scales[size_t(i)]), x.device()));
-      continue;
-    }
-    std::vector<int64_t> i0, i1;
-    std::vector<float> w0, w1;
-    linear_weights(in, n, align, scales[size_t(i)], i0, i1, w0, w1);
-    Shape ws(static_cast<size_t>(x.dim() - d), 1);
-    ws[0] = n;
-    y = add(mul(index_select(y, d, index_on(i0, x.device())), floats_on(w0, ws, x.device())),
-            mul(index_select(y, d, index_on(i1, x.device())), floats_on(w1, ws, x.device())));
+    const double sf = scales[size_t(i)];
+    if (m == "nearest" && n == in) continue;  // PyTorch's nearest_idx: the identity
+    if (o.antialias && n == in) continue;     // PyTorch's antialiased kernel skips a dim that keeps its size
+    const Taps t = o.antialias ? antialias_taps(in, n, align, sf, cubic)
+                   : nearest   ? nearest_taps(in, n, sf, m == "nearest-exact")
+                   : area      ? area_taps(in, n)
+                   : cubic     ? cubic_taps(in, n, align, sf)
+                               : linear_taps(in, n, align, sf);
+    y = apply_taps(y, d, t);
   }
   return y;
 }

@@ -146,3 +146,30 @@ def rows():
     yield Row("cast_float_to_float", lambda x: x.to(torch.float32) * 2, randn(2, 3))  # gradient passes
     yield Row("clone_transposed", lambda x: x.t().clone(), randn(3, 4))
     yield Row("contiguous_transposed", lambda x: x.t().contiguous() * 1.5, randn(3, 4))
+
+    # ---- clamp (issue 26): integer dtypes kept (a float bound promotes, bool with whole bounds
+    # is int64), and tensor bounds: broadcast, one bound alone (maximum / minimum), both with
+    # PyTorch 2.15's gradient at every tie of x, min and max and with NaN
+    yield Row("clamp_int64", lambda x: torch.clamp(x, -2, 5), [torch.tensor([-9, -2, 0, 3, 5, 6, 2**40])])
+    yield Row("clamp_int64_min_only", lambda x: torch.clamp(x, min=0), [torch.tensor([-3, 0, 4])])
+    yield Row("clamp_int32_max_only", lambda x: torch.clamp(x, max=1), [torch.tensor([-3, 0, 4], dtype=torch.int32)])
+    yield Row("clamp_int64_float_bound", lambda x: torch.clamp(x, 0.5, 3), [torch.tensor([-1, 0, 1, 3, 4])])
+    yield Row("clamp_bool", lambda x: torch.clamp(x, 0, 1), [torch.tensor([True, False, True])])
+    yield Row("clamp_tensor", torch.clamp, lambda g: [torch.randn(3, 4, generator=g), torch.randn(4, generator=g) - 0.5,
+                                                     torch.randn(3, 1, generator=g) + 0.5])
+    yield Row("clamp_tensor_min_only", lambda x, lo: torch.clamp(x, min=lo),
+              lambda g: [torch.randn(3, 4, generator=g), torch.randn(4, generator=g)])
+    yield Row("clamp_tensor_max_only", lambda x, hi: torch.clamp(x, max=hi),
+              lambda g: [torch.randn(2, 3, generator=g), torch.randn(2, 1, generator=g)])
+    yield Row("clamp_tensor_one_bound_edges", lambda x, lo: torch.clamp(x, min=lo),
+              [torch.tensor([0.0, 1.0, 2.0, NAN, 1.0]), torch.tensor([1.0, 1.0, 1.0, 1.0, NAN])])
+    grid = [(a, b, c) for a in (0.0, 1.0, 2.0) for b in (0.0, 1.0, 2.0) for c in (0.0, 1.0, 2.0)]
+    grid += [(NAN, 0.0, 2.0), (1.0, NAN, 2.0), (1.0, 0.0, NAN), (3.0, NAN, 2.0), (-1.0, 0.0, NAN), (NAN, 2.0, 0.0),
+             (INF, 0.0, 2.0), (-INF, 0.0, 2.0), (1.0, -INF, INF)]
+    yield Row("clamp_tensor_ties", torch.clamp, [torch.tensor([t[i] for t in grid]) for i in range(3)])
+    yield Row("clamp_tensor_transposed", lambda x, lo, hi: torch.clamp(x.t(), lo, hi),
+              lambda g: [torch.randn(4, 3, generator=g), torch.full((1,), -0.3), torch.randn(3, 4, generator=g).abs()])
+    yield Row("clamp_tensor_int64", torch.clamp, [torch.tensor([-5, 0, 3, 9]), torch.tensor([-1, 1, 1, 10]),
+                                                  torch.tensor([4, 4, 2, 8])])
+    yield Row("clamp_tensor_int64_float_bound", torch.clamp,
+              lambda g: [torch.tensor([-2, 0, 1, 3]), torch.randn(4, generator=g), torch.full((4,), 1.5)], grad=[1, 2])

@@ -129,3 +129,22 @@ def rows():
     yield Row("adaptive_avg_pool2d_global", lambda x: F.adaptive_avg_pool2d(x, 1), randn((2, 3, 4, 5)))
     yield Row("adaptive_avg_pool2d_channels_last", lambda x: F.adaptive_avg_pool2d(nhwc(x), (2, 3)), randn((2, 5, 7, 3)))
     yield Row("adaptive_avg_pool2d_unbatched", lambda x: F.adaptive_avg_pool2d(x, (2, 2)), randn((3, 5, 5)))
+    # ---- max_pool2d with indices (flat h * W + w of the input plane) and max_unpool2d (issue 26)
+    yield Row("max_pool2d_indices", lambda x: F.max_pool2d(x, 2, return_indices=True), randn((2, 3, 6, 6)))
+    yield Row("max_pool2d_indices_stride_padding_ceil",
+              lambda x: F.max_pool2d(x, 3, stride=2, padding=1, ceil_mode=True, return_indices=True), randn((1, 2, 7, 6)))
+    yield Row("max_pool2d_indices_dilation", lambda x: F.max_pool2d(x, 2, stride=1, dilation=2, return_indices=True),
+              randn((1, 2, 5, 6)))
+    yield Row("max_pool2d_indices_ties", lambda x: F.max_pool2d(x, 3, stride=1, return_indices=True), ties(1, 2, 5, 5))
+    yield Row("max_pool2d_indices_nan", lambda x: F.max_pool2d(x, 2, return_indices=True), with_nan)
+    yield Row("max_pool2d_indices_channels_last", lambda x: F.max_pool2d(nhwc(x), 2, return_indices=True),
+              randn((2, 4, 6, 3)))
+    yield Row("max_pool2d_indices_unbatched", lambda x: F.max_pool2d(x, 2, return_indices=True), randn((3, 4, 6)))
+    yield Row("max_unpool2d", lambda x: F.max_unpool2d(*F.max_pool2d(x, 2, return_indices=True), 2), randn((2, 2, 4, 6)))
+    yield Row("max_unpool2d_output_size",
+              lambda x: F.max_unpool2d(*F.max_pool2d(x, 2, return_indices=True), 2, output_size=(5, 7)), randn((1, 2, 5, 7)))
+    yield Row("max_unpool2d_stride_padding",
+              lambda x: F.max_unpool2d(*F.max_pool2d(x, 3, stride=2, padding=1, return_indices=True), 3, stride=2,
+                                       padding=1, output_size=x.shape[-2:]), randn((1, 2, 7, 6)))
+    yield Row("max_unpool2d_unbatched", lambda x: F.max_unpool2d(*F.max_pool2d(x, 2, return_indices=True), 2),
+              randn((2, 4, 4)))

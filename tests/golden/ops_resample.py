@@ -77,6 +77,64 @@ def rows():
               randn((1, 2, 3, 4)))
     yield Row("bilinear_special", lambda x: F.interpolate(x, size=(3, 5), mode="bilinear"), special(1, 2, 2, 3))
     yield Row("bilinear_same_size", lambda x: F.interpolate(x, size=(3, 4), mode="bilinear"), randn((1, 2, 3, 4)))
+    # ---- pad: circular (issue 26): the left pad copies the end, the right pad the start; a
+    # negative side crops first and the other side wraps around what is kept
+    yield Row("pad_circular_1d", lambda x: F.pad(x, (2, 3), mode="circular"), randn((2, 3, 5)))
+    yield Row("pad_circular_1d_unbatched", lambda x: F.pad(x, (1, 2), mode="circular"), randn((2, 4)))
+    yield Row("pad_circular_2d", lambda x: F.pad(x, (1, 2, 2, 1), mode="circular"), randn((1, 2, 3, 4)))
+    yield Row("pad_circular_3d", lambda x: F.pad(x, (1, 0, 2, 1, 1, 1), mode="circular"), randn((1, 2, 2, 3, 3)))
+    yield Row("pad_circular_full_wrap", lambda x: F.pad(x, (5, 5), mode="circular"), randn((1, 2, 5)))
+    yield Row("pad_circular_negative_left", lambda x: F.pad(x, (-1, 2), mode="circular"), randn((1, 2, 5)))
+    yield Row("pad_circular_negative_right", lambda x: F.pad(x, (2, -1, 1, -2), mode="circular"), randn((1, 2, 4, 5)))
+    yield Row("pad_circular_transposed", lambda x: F.pad(x.transpose(2, 3), (1, 1, 2, 0), mode="circular"),
+              randn((1, 2, 4, 3)))
+    # ---- interpolate: nearest-exact (floor((j + 0.5) * scale))
+    yield Row("nearest_exact_size_1d", lambda x: F.interpolate(x, size=7, mode="nearest-exact"), randn((2, 3, 5)))
+    yield Row("nearest_exact_size_down", lambda x: F.interpolate(x, size=(3, 2), mode="nearest-exact"), randn((1, 2, 5, 4)))
+    yield Row("nearest_exact_scale_fraction", lambda x: F.interpolate(x, scale_factor=(1.5, 1.7), mode="nearest-exact"),
+              randn((1, 2, 5, 3)))
+    yield Row("nearest_exact_scale_down", lambda x: F.interpolate(x, scale_factor=0.6, mode="nearest-exact"),
+              randn((1, 2, 7, 6)))
+    yield Row("nearest_exact_5d", lambda x: F.interpolate(x, size=(3, 2, 5), mode="nearest-exact"), randn((1, 2, 2, 5, 4)))
+    # ---- interpolate: linear (3-D) and trilinear (5-D)
+    for ac in (False, True):
+        tag = "align" if ac else "noalign"
+        yield Row(f"linear_up_{tag}", lambda x, ac=ac: F.interpolate(x, size=9, mode="linear", align_corners=ac),
+                  randn((2, 3, 4)))
+        yield Row(f"linear_down_{tag}", lambda x, ac=ac: F.interpolate(x, size=3, mode="linear", align_corners=ac),
+                  randn((1, 2, 8)))
+        yield Row(f"trilinear_{tag}", lambda x, ac=ac: F.interpolate(x, size=(3, 5, 2), mode="trilinear", align_corners=ac),
+                  randn((1, 2, 2, 3, 4)))
+    yield Row("linear_scale", lambda x: F.interpolate(x, scale_factor=1.7, mode="linear"), randn((1, 2, 5)))
+    # ---- interpolate: bicubic (A = -0.75, borders clamped)
+    for ac in (False, True):
+        tag = "align" if ac else "noalign"
+        yield Row(f"bicubic_up_{tag}", lambda x, ac=ac: F.interpolate(x, size=(5, 7), mode="bicubic", align_corners=ac),
+                  randn((2, 2, 3, 4)))
+        yield Row(f"bicubic_down_{tag}", lambda x, ac=ac: F.interpolate(x, size=(3, 2), mode="bicubic", align_corners=ac),
+                  randn((1, 2, 7, 5)))
+    yield Row("bicubic_scale", lambda x: F.interpolate(x, scale_factor=(1.5, 2.5), mode="bicubic"), randn((1, 2, 4, 3)))
+    yield Row("bicubic_same_size", lambda x: F.interpolate(x, size=(3, 4), mode="bicubic"), randn((1, 2, 3, 4)))
+    yield Row("bicubic_transposed", lambda x: F.interpolate(x.transpose(2, 3), scale_factor=2, mode="bicubic"),
+              randn((1, 2, 3, 4)))
+    # ---- interpolate: area (adaptive average pooling to the output size)
+    yield Row("area_1d", lambda x: F.interpolate(x, size=3, mode="area"), randn((2, 2, 7)))
+    yield Row("area_2d", lambda x: F.interpolate(x, size=(3, 4), mode="area"), randn((1, 2, 5, 7)))
+    yield Row("area_2d_up", lambda x: F.interpolate(x, size=(5, 4), mode="area"), randn((1, 2, 3, 3)))
+    yield Row("area_scale", lambda x: F.interpolate(x, scale_factor=0.5, mode="area"), randn((1, 2, 6, 5)))
+    yield Row("area_3d", lambda x: F.interpolate(x, size=(2, 3, 2), mode="area"), randn((1, 2, 3, 5, 4)))
+    # ---- interpolate: antialias (bilinear and bicubic; downsampling widens the filter)
+    for mode in ("bilinear", "bicubic"):
+        yield Row(f"{mode}_antialias_down", lambda x, m=mode: F.interpolate(x, size=(4, 3), mode=m, antialias=True),
+                  randn((1, 2, 9, 10)))
+        yield Row(f"{mode}_antialias_scale", lambda x, m=mode: F.interpolate(x, scale_factor=0.4, mode=m, antialias=True),
+                  randn((1, 2, 8, 11)))
+        yield Row(f"{mode}_antialias_up", lambda x, m=mode: F.interpolate(x, size=(6, 5), mode=m, antialias=True),
+                  randn((1, 2, 3, 4)))
+        yield Row(f"{mode}_antialias_one_dim", lambda x, m=mode: F.interpolate(x, size=(5, 3), mode=m, antialias=True),
+                  randn((1, 2, 5, 8)))
+    yield Row("bilinear_antialias_align", lambda x: F.interpolate(x, size=(3, 4), mode="bilinear", antialias=True,
+                                                                  align_corners=True), randn((1, 2, 7, 9)))
     # ---- einsum
     yield Row("einsum_matmul", lambda a, b: torch.einsum("ij,jk->ik", a, b), randn((3, 4), (4, 5)))
     yield Row("einsum_implicit", lambda a, b: torch.einsum("ij,jk", a, b), randn((3, 4), (4, 2)))

@@ -8,6 +8,10 @@ using axle::Pool2dOptions;
 axle::Tensor nhwc(const axle::Tensor& x) { return axle::permute(x, {0, 3, 1, 2}); }
 axle::Tensor mp(const axle::Tensor& x, const Pool2dOptions& o) { return axle::max_pool2d(x, o); }
 axle::Tensor ap(const axle::Tensor& x, const Pool2dOptions& o) { return axle::avg_pool2d(x, o); }
+std::vector<axle::Tensor> mpi(const axle::Tensor& x, const Pool2dOptions& o) {
+  auto [y, i] = axle::max_pool2d_with_indices(x, o);
+  return {y, i};
+}
 }  // namespace
 
 AXLE_GOLDEN_ROWS(Pool, "golden_ops_pool.safetensors",
@@ -104,4 +108,30 @@ AXLE_GOLDEN_ROWS(Pool, "golden_ops_pool.safetensors",
   {"adaptive_avg_pool2d_global", [](const In& x) { return Out{axle::adaptive_avg_pool2d(x[0], {1, 1})}; }},
   {"adaptive_avg_pool2d_channels_last",
    [](const In& x) { return Out{axle::adaptive_avg_pool2d(nhwc(x[0]), {2, 3})}; }},
-  {"adaptive_avg_pool2d_unbatched", [](const In& x) { return Out{axle::adaptive_avg_pool2d(x[0], {2, 2})}; }})
+  {"adaptive_avg_pool2d_unbatched", [](const In& x) { return Out{axle::adaptive_avg_pool2d(x[0], {2, 2})}; }},
+  // ---- max_pool2d with indices, max_unpool2d
+  {"max_pool2d_indices", [](const In& x) { return mpi(x[0], {}); }},
+  {"max_pool2d_indices_stride_padding_ceil",
+   [](const In& x) { return mpi(x[0], {.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}, .ceil_mode = true}); }},
+  {"max_pool2d_indices_dilation", [](const In& x) { return mpi(x[0], {.stride = {1, 1}, .dilation = {2, 2}}); }},
+  {"max_pool2d_indices_ties", [](const In& x) { return mpi(x[0], {.kernel = {3, 3}, .stride = {1, 1}}); }},
+  {"max_pool2d_indices_nan", [](const In& x) { return mpi(x[0], {}); }},
+  {"max_pool2d_indices_channels_last", [](const In& x) { return mpi(nhwc(x[0]), {}); }},
+  {"max_pool2d_indices_unbatched", [](const In& x) { return mpi(x[0], {}); }},
+  {"max_unpool2d", [](const In& x) {
+     auto [y, i] = axle::max_pool2d_with_indices(x[0]);
+     return Out{axle::max_unpool2d(y, i, {})};
+   }},
+  {"max_unpool2d_output_size", [](const In& x) {
+     auto [y, i] = axle::max_pool2d_with_indices(x[0]);
+     return Out{axle::max_unpool2d(y, i, {}, {5, 7})};
+   }},
+  {"max_unpool2d_stride_padding", [](const In& x) {
+     const Pool2dOptions o{.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}};
+     auto [y, i] = axle::max_pool2d_with_indices(x[0], o);
+     return Out{axle::max_unpool2d(y, i, o, {x[0].shape()[2], x[0].shape()[3]})};
+   }},
+  {"max_unpool2d_unbatched", [](const In& x) {
+     auto [y, i] = axle::max_pool2d_with_indices(x[0]);
+     return Out{axle::max_unpool2d(y, i, {})};
+   }})

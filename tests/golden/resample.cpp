@@ -11,6 +11,12 @@ Tensor bilinear(const Tensor& x, std::vector<int64_t> size, bool align) {
 Tensor bilinear_scale(const Tensor& x, std::vector<double> scale, bool align) {
   return interpolate(x, {.scale_factor = std::move(scale), .mode = "bilinear", .align_corners = align});
 }
+Tensor interp(const Tensor& x, std::vector<int64_t> size, const std::string& mode, std::optional<bool> align = {}) {
+  return interpolate(x, {.size = std::move(size), .mode = mode, .align_corners = align});
+}
+Tensor aa(const Tensor& x, std::vector<int64_t> size, const std::string& mode) {
+  return interpolate(x, {.size = std::move(size), .mode = mode, .antialias = true});
+}
 }  // namespace
 
 AXLE_GOLDEN_ROWS(Resample, "golden_ops_resample.safetensors",
@@ -66,6 +72,62 @@ AXLE_GOLDEN_ROWS(Resample, "golden_ops_resample.safetensors",
    }},
   {"bilinear_special", [](const In& x) { return Out{interpolate(x[0], {.size = {3, 5}, .mode = "bilinear"})}; }},
   {"bilinear_same_size", [](const In& x) { return Out{interpolate(x[0], {.size = {3, 4}, .mode = "bilinear"})}; }},
+  // ---- pad: circular
+  {"pad_circular_1d", [](const In& x) { return Out{pad(x[0], {2, 3}, "circular")}; }},
+  {"pad_circular_1d_unbatched", [](const In& x) { return Out{pad(x[0], {1, 2}, "circular")}; }},
+  {"pad_circular_2d", [](const In& x) { return Out{pad(x[0], {1, 2, 2, 1}, "circular")}; }},
+  {"pad_circular_3d", [](const In& x) { return Out{pad(x[0], {1, 0, 2, 1, 1, 1}, "circular")}; }},
+  {"pad_circular_full_wrap", [](const In& x) { return Out{pad(x[0], {5, 5}, "circular")}; }},
+  {"pad_circular_negative_left", [](const In& x) { return Out{pad(x[0], {-1, 2}, "circular")}; }},
+  {"pad_circular_negative_right", [](const In& x) { return Out{pad(x[0], {2, -1, 1, -2}, "circular")}; }},
+  {"pad_circular_transposed", [](const In& x) { return Out{pad(transpose(x[0], 2, 3), {1, 1, 2, 0}, "circular")}; }},
+  // ---- interpolate: nearest-exact
+  {"nearest_exact_size_1d", [](const In& x) { return Out{interp(x[0], {7}, "nearest-exact")}; }},
+  {"nearest_exact_size_down", [](const In& x) { return Out{interp(x[0], {3, 2}, "nearest-exact")}; }},
+  {"nearest_exact_scale_fraction",
+   [](const In& x) { return Out{interpolate(x[0], {.scale_factor = {1.5, 1.7}, .mode = "nearest-exact"})}; }},
+  {"nearest_exact_scale_down",
+   [](const In& x) { return Out{interpolate(x[0], {.scale_factor = {0.6}, .mode = "nearest-exact"})}; }},
+  {"nearest_exact_5d", [](const In& x) { return Out{interp(x[0], {3, 2, 5}, "nearest-exact")}; }},
+  // ---- interpolate: linear, trilinear
+  {"linear_up_noalign", [](const In& x) { return Out{interp(x[0], {9}, "linear", false)}; }},
+  {"linear_down_noalign", [](const In& x) { return Out{interp(x[0], {3}, "linear", false)}; }},
+  {"trilinear_noalign", [](const In& x) { return Out{interp(x[0], {3, 5, 2}, "trilinear", false)}; }},
+  {"linear_up_align", [](const In& x) { return Out{interp(x[0], {9}, "linear", true)}; }},
+  {"linear_down_align", [](const In& x) { return Out{interp(x[0], {3}, "linear", true)}; }},
+  {"trilinear_align", [](const In& x) { return Out{interp(x[0], {3, 5, 2}, "trilinear", true)}; }},
+  {"linear_scale", [](const In& x) { return Out{interpolate(x[0], {.scale_factor = {1.7}, .mode = "linear"})}; }},
+  // ---- interpolate: bicubic
+  {"bicubic_up_noalign", [](const In& x) { return Out{interp(x[0], {5, 7}, "bicubic", false)}; }},
+  {"bicubic_down_noalign", [](const In& x) { return Out{interp(x[0], {3, 2}, "bicubic", false)}; }},
+  {"bicubic_up_align", [](const In& x) { return Out{interp(x[0], {5, 7}, "bicubic", true)}; }},
+  {"bicubic_down_align", [](const In& x) { return Out{interp(x[0], {3, 2}, "bicubic", true)}; }},
+  {"bicubic_scale", [](const In& x) { return Out{interpolate(x[0], {.scale_factor = {1.5, 2.5}, .mode = "bicubic"})}; }},
+  {"bicubic_same_size", [](const In& x) { return Out{interp(x[0], {3, 4}, "bicubic")}; }},
+  {"bicubic_transposed",
+   [](const In& x) { return Out{interpolate(transpose(x[0], 2, 3), {.scale_factor = {2}, .mode = "bicubic"})}; }},
+  // ---- interpolate: area
+  {"area_1d", [](const In& x) { return Out{interp(x[0], {3}, "area")}; }},
+  {"area_2d", [](const In& x) { return Out{interp(x[0], {3, 4}, "area")}; }},
+  {"area_2d_up", [](const In& x) { return Out{interp(x[0], {5, 4}, "area")}; }},
+  {"area_scale", [](const In& x) { return Out{interpolate(x[0], {.scale_factor = {0.5}, .mode = "area"})}; }},
+  {"area_3d", [](const In& x) { return Out{interp(x[0], {2, 3, 2}, "area")}; }},
+  // ---- interpolate: antialias
+  {"bilinear_antialias_down", [](const In& x) { return Out{aa(x[0], {4, 3}, "bilinear")}; }},
+  {"bilinear_antialias_scale", [](const In& x) {
+     return Out{interpolate(x[0], {.scale_factor = {0.4}, .mode = "bilinear", .antialias = true})};
+   }},
+  {"bilinear_antialias_up", [](const In& x) { return Out{aa(x[0], {6, 5}, "bilinear")}; }},
+  {"bilinear_antialias_one_dim", [](const In& x) { return Out{aa(x[0], {5, 3}, "bilinear")}; }},
+  {"bicubic_antialias_down", [](const In& x) { return Out{aa(x[0], {4, 3}, "bicubic")}; }},
+  {"bicubic_antialias_scale", [](const In& x) {
+     return Out{interpolate(x[0], {.scale_factor = {0.4}, .mode = "bicubic", .antialias = true})};
+   }},
+  {"bicubic_antialias_up", [](const In& x) { return Out{aa(x[0], {6, 5}, "bicubic")}; }},
+  {"bicubic_antialias_one_dim", [](const In& x) { return Out{aa(x[0], {5, 3}, "bicubic")}; }},
+  {"bilinear_antialias_align", [](const In& x) {
+     return Out{interpolate(x[0], {.size = {3, 4}, .mode = "bilinear", .align_corners = true, .antialias = true})};
+   }},
   // ---- einsum
   {"einsum_matmul", [](const In& x) { return Out{einsum("ij,jk->ik", {x[0], x[1]})}; }},
   {"einsum_implicit", [](const In& x) { return Out{einsum("ij,jk", {x[0], x[1]})}; }},

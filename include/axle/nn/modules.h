@@ -243,7 +243,24 @@ class MaxPool2d : public Module {
   MaxPool2d(Int2 kernel_size, std::optional<Int2> stride = std::nullopt, Int2 padding = 0, Int2 dilation = 1,
             bool ceil_mode = false);
   Tensor forward(const Tensor& x) override;
+  /// The output and where each maximum came from (torch.nn.MaxPool2d(return_indices=True)),
+  /// the indices MaxUnpool2d takes.
+  std::pair<Tensor, Tensor> forward_with_indices(const Tensor& x);
   std::string name() const override { return "MaxPool2d"; }
+  std::string extra_repr() const override;
+  Pool2dOptions options;
+};
+
+/// The partial inverse of MaxPool2d, as torch.nn.MaxUnpool2d: stride defaults to kernel_size.
+/// forward(x) alone throws: it needs the indices.
+class MaxUnpool2d : public Module {
+ public:
+  MaxUnpool2d(Int2 kernel_size, std::optional<Int2> stride = std::nullopt, Int2 padding = 0);
+  /// x written at `indices` (MaxPool2d::forward_with_indices') of zero planes of output_size
+  /// ([H, W] or the full shape; default: (H - 1) * stride - 2 * padding + kernel_size).
+  Tensor forward(const Tensor& x, const Tensor& indices, const std::vector<int64_t>& output_size = {});
+  Tensor forward(const Tensor& x) override;
+  std::string name() const override { return "MaxUnpool2d"; }
   std::string extra_repr() const override;
   Pool2dOptions options;
 };
@@ -269,7 +286,7 @@ class AdaptiveAvgPool2d : public Module {
 };
 
 /// Resizes with interpolate, as torch.nn.Upsample: give size or scale_factor (one value for
-/// every spatial dim, or one each); mode "nearest" or "bilinear".
+/// every spatial dim, or one each); the modes of interpolate.
 class Upsample : public Module {
  public:
   explicit Upsample(InterpolateOptions o) : options(std::move(o)) {}

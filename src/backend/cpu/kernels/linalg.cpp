@@ -102,6 +102,9 @@ void matmul_into(Tensor a, Tensor b, const Tensor& bias, const Tensor& out, bool
       return;
     }
   }
+  // oneDNN's rank limit is this backend's, not matmul's (the op table's shape rule has none).
+  AXLE_CHECK(nd <= size_t(DNNL_MAX_NDIMS), "[matmul] expected at most ", DNNL_MAX_NDIMS,
+             " dims on the cpu backend (oneDNN's limit), got ", nd, " (output ", shape_str(out.shape()), ")");
   Operand oa = padded(a, nd), ob = padded(b, nd);
   bool both_expanded = false;
   for (size_t i = 0; i + 2 < nd; ++i) {
