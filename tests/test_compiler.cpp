@@ -631,6 +631,56 @@ TEST(Passes, PoolReluBackwardNotFusedWhenGradientIsUsedElsewhere) {
   axle::sync();
 }
 
+namespace {
+// A residual stream through three layer norms (two pre-LN blocks and a final norm), forward
+// and backward; returns (y, x.grad, M.grad, w2.grad, b2.grad).
+std::vector<Tensor> residual_stream(const Tensor& x, const Tensor& m, const std::vector<Tensor>& w,
+                                    const std::vector<Tensor>& b, const Tensor& r) {
+  Tensor s = x;
+  for (int k = 0; k < 2; ++k) s = add(s, matmul(layer_norm(s, {40}, w[size_t(k)], b[size_t(k)]), m));
+  Tensor y = layer_norm(s, {40}, w[2], b[2]);
+  sum(mul(y, r)).backward();
+  return {y, x.grad(), m.grad(), w[1].grad(), b[1].grad()};
+}
+}  // namespace
+
+TEST(Passes, ResidualAddsFuseIntoLayerNormForwardAndBackward) {
+  // Each residual add that feeds a norm becomes the norm's 4th input (s = x + r its 4th
+  // output), and each add of a norm's input gradient to the stream's gradient becomes the
+  // backward's 6th input: no add of the stream's shape is left, and every value equals the
+  // eager (unfused) one exactly.
+  manual_seed(11);
+  Tensor xe = randn({4, 6, 40}), me = mul(randn({40, 40}), 0.2), re = randn({4, 6, 40});
+  std::vector<Tensor> we, be, wx, bx;
+  for (int k = 0; k < 3; ++k) {
+    we.push_back(add(mul(randn({40}), 0.1), 1.0));
+    be.push_back(mul(randn({40}), 0.1));
+  }
+  Tensor x = xe.to(device()), m = me.to(device()), r = re.to(device());
+  for (int k = 0; k < 3; ++k) {
+    wx.push_back(we[size_t(k)].to(device()));
+    bx.push_back(be[size_t(k)].to(device()));
+  }
+  for (Tensor* t : {&xe, &me, &x, &m, &we[1], &be[1], &wx[1], &bx[1]}) t->set_requires_grad(true);
+  const std::vector<Tensor> got = residual_stream(x, m, wx, bx, r);
+  Program prog = trace(got);
+  cpu_pipeline().run(prog);
+  prog.verify();
+  int fwd = 0, bwd = 0, stream_adds = 0;
+  for (const PNode& n : prog.nodes) {
+    if (n.dead || n.kind != compiler::NodeKind::Op) continue;
+    if (n.op == ops::OpKind::LayerNorm) fwd += ops::attr::LayerNorm::of(n.attrs).residual;
+    if (n.op == ops::OpKind::LayerNormBackward) bwd += ops::attr::LayerNormBackward::of(n.attrs).residual;
+    if (n.op == ops::OpKind::Add && n.outs[0].shape == Shape{4, 6, 40}) ++stream_adds;
+  }
+  EXPECT_EQ(fwd, 2) << prog.text();
+  EXPECT_EQ(bwd, 2) << prog.text();
+  EXPECT_EQ(stream_adds, 0) << prog.text();
+  const std::vector<Tensor> want = residual_stream(xe, me, we, be, re);
+  for (size_t k = 0; k < want.size(); ++k)
+    EXPECT_EQ(got[k].cpu().to_vector<float>(), want[k].to_vector<float>()) << "value " << k;
+}
+
 TEST(Passes, CnnStepFusesEveryPoolingReluBackward) {
   // conv -> relu -> pool -> conv -> relu -> pool -> flatten -> linear -> relu -> linear, forward
   // and backward: both pooling gradients take their relu backward, the linear its relu, and

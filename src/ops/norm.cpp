@@ -33,13 +33,22 @@ std::vector<Meta> fwd_infer(const Tensors& in, const Attrs& a) {
   check_param(in[0], in[1], at.dims, kFwd, "weight");
   check_param(in[0], in[2], at.dims, kFwd, "bias");
   AXLE_CHECK(at.eps >= 0, "[", kFwd, "] expected eps >= 0, got ", at.eps);
+  AXLE_CHECK(in.size() == (at.residual ? 4u : 3u), "[", kFwd, "] expected ", at.residual ? 4 : 3,
+             " inputs (x, weight, bias", at.residual ? ", residual)" : ")", ", got ", in.size());
   const Shape stat = layer_norm_stat_shape(in[0].shape(), at.dims);
-  return {{in[0].shape(), kFloat32}, {stat, kFloat32}, {stat, kFloat32}};
+  if (!at.residual) return {{in[0].shape(), kFloat32}, {stat, kFloat32}, {stat, kFloat32}};
+  check_defined(in[3], kFwd, "residual");
+  AXLE_CHECK(in[3].shape() == in[0].shape() && in[3].dtype() == kFloat32, "[", kFwd,
+             "] expected a float32 residual of shape ", shape_str(in[0].shape()), ", got ", shape_str(in[3].shape()),
+             " ", in[3].dtype());
+  return {{in[0].shape(), kFloat32}, {stat, kFloat32}, {stat, kFloat32}, {in[0].shape(), kFloat32}};
 }
 
 Tensors fwd_vjp(const VjpArgs& v) {
   AXLE_CHECK(!v.grad[1].defined() && !v.grad[2].defined(), "[", kFwd,
              "] the mean and rstd outputs are internal: no gradient may flow into them");
+  AXLE_CHECK(!attr::LayerNorm::of(v.attrs).residual, "[", kFwd,
+             "] with a fused residual is made by the compiler after autograd: it has no gradient");
   if (!v.grad[0].defined()) return Tensors(v.in.size());
   const int64_t dims = attr::LayerNorm::of(v.attrs).dims;
   return call(OpKind::LayerNormBackward, {v.grad[0], v.in[0], v.in[1], v.out[1], v.out[2]},
@@ -47,7 +56,10 @@ Tensors fwd_vjp(const VjpArgs& v) {
 }
 
 std::vector<Meta> bwd_infer(const Tensors& in, const Attrs& a) {
-  const int64_t dims = attr::LayerNormBackward::of(a).dims;
+  const attr::LayerNormBackward at = attr::LayerNormBackward::of(a);
+  const int64_t dims = at.dims;
+  AXLE_CHECK(in.size() == (at.residual ? 6u : 5u), "[", kBwd, "] expected ", at.residual ? 6 : 5,
+             " inputs (grad, x, weight, mean, rstd", at.residual ? ", residual)" : ")", ", got ", in.size());
   check_x(in[1], dims, kBwd);
   check_param(in[1], in[2], dims, kBwd, "weight");
   check_defined(in[0], kBwd, "grad");
@@ -60,6 +72,12 @@ std::vector<Meta> bwd_infer(const Tensors& in, const Attrs& a) {
     AXLE_CHECK(in[size_t(k)].shape() == stat && in[size_t(k)].dtype() == kFloat32, "[", kBwd, "] expected a float32 ",
                k == 3 ? "mean" : "rstd", " of shape ", shape_str(stat), ", got ", shape_str(in[size_t(k)].shape()),
                " ", in[size_t(k)].dtype());
+  }
+  if (at.residual) {
+    check_defined(in[5], kBwd, "residual");
+    AXLE_CHECK(in[5].shape() == in[1].shape() && in[5].dtype() == kFloat32, "[", kBwd,
+               "] expected a float32 residual gradient of shape ", shape_str(in[1].shape()), ", got ",
+               shape_str(in[5].shape()), " ", in[5].dtype());
   }
   return {{in[1].shape(), kFloat32}, {in[2].shape(), kFloat32}, {in[2].shape(), kFloat32}};
 }

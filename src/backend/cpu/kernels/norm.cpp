@@ -39,9 +39,19 @@ Tensors layer_norm_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta
                b = contiguous_as(in[2], kFloat32);
   Tensor y = make_tensor(mt[0].shape, kFloat32), mean = make_tensor(mt[1].shape, kFloat32),
          rstd = make_tensor(mt[2].shape, kFloat32);
+  // residual: the rows normalised are s = x + r, written to the 4th output as they are made.
+  Tensor res, sum;
+  if (at.residual) {
+    res = contiguous_as(in[3], kFloat32);
+    sum = make_tensor(mt[3].shape, kFloat32);
+  }
   const RowGeom g = row_geom(x.shape(), at.dims);
-  if (g.rows == 0) return {y, mean, rstd};
-  const float* xp = x.data<float>();
+  Tensors outs = {y, mean, rstd};
+  if (at.residual) outs.push_back(sum);
+  if (g.rows == 0) return outs;
+  const float* rsp = at.residual ? res.data<float>() : nullptr;
+  float* sp = at.residual ? sum.data<float>() : nullptr;
+  const float* x_in = x.data<float>();
   const float* wp = w.data<float>();
   const float* bp = b.data<float>();
   float* yp = y.data<float>();
@@ -51,7 +61,14 @@ Tensors layer_norm_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta
   const double eps = at.eps;
 #pragma omp parallel for schedule(static) if (use_team(g.rows * n))
   for (int64_t r = 0; r < g.rows; ++r) {
-    const float* xr = xp + r * n;
+    const float* xr = x_in + r * n;
+    if (sp) {
+      const float* rr = rsp + r * n;
+      float* sr = sp + r * n;
+#pragma omp simd
+      for (int64_t i = 0; i < n; ++i) sr[i] = xr[i] + rr[i];
+      xr = sr;
+    }
     float* yr = yp + r * n;
     float s = 0.f;
 #pragma omp simd reduction(+ : s)
@@ -66,11 +83,12 @@ Tensors layer_norm_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta
     mp[r] = m;
     rp[r] = rs;
   }
-  return {y, mean, rstd};
+  return outs;
 }
 
 Tensors layer_norm_backward_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>& mt) {
-  const int64_t dims = attr::LayerNormBackward::of(a).dims;
+  const attr::LayerNormBackward at = attr::LayerNormBackward::of(a);
+  const int64_t dims = at.dims;
   const Tensor dy = contiguous_as(in[0], kFloat32), x = contiguous_as(in[1], kFloat32),
                w = contiguous_as(in[2], kFloat32), mean = contiguous_as(in[3], kFloat32),
                rstd = contiguous_as(in[4], kFloat32);
@@ -91,6 +109,9 @@ Tensors layer_norm_backward_cpu(const Tensors& in, const Attrs& a, const std::ve
   const float* mp = mean.data<float>();
   const float* rp = rstd.data<float>();
   float* dxp = dx.data<float>();
+  // residual: the gradient from the residual stream, added to dx as it is written.
+  const Tensor res = at.residual ? contiguous_as(in[5], kFloat32) : Tensor();
+  const float* rsp = at.residual ? res.data<float>() : nullptr;
   const int64_t blocks = (g.rows + kRows - 1) / kRows;
   // Per block: its weight-gradient partials, then its bias-gradient partials.
   std::vector<float> part(size_t(blocks * 2 * n), 0.f);
@@ -118,6 +139,11 @@ Tensors layer_norm_backward_cpu(const Tensors& in, const Attrs& a, const std::ve
         dxr[i] = rs * (gr[i] * wp[i] - ca - xh * cb);
         pw[i] += gr[i] * xh;
         pb[i] += gr[i];
+      }
+      if (rsp) {
+        const float* rr = rsp + r * n;
+#pragma omp simd
+        for (int64_t i = 0; i < n; ++i) dxr[i] += rr[i];
       }
     }
   }
