@@ -512,6 +512,33 @@ TEST(Passes, FusionRespectsBroadcastAndOrder) {
   for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5 * (1 + std::abs(want[i])));
 }
 
+TEST(Passes, OpsOfInputsOnlyJoinTheGroupThatReadsThem) {
+  // AdamW's update of one parameter: the state's ops read only graph inputs (m * beta1,
+  // p * (1 - lr * wd)) and would each start a group of their own (here before the gradient's
+  // matmul: moved later); they move into the group of the clipped gradient that reads them,
+  // so the whole update is one pass: p, m and v written together, the same values as eager.
+  manual_seed(12);
+  Tensor pe = randn({64, 32}), me = randn({64, 32}), ve = abs(randn({64, 32})), ae = randn({64, 16}),
+         be = randn({16, 32});
+  auto update = [](const Tensor& p, const Tensor& m, const Tensor& v, const Tensor& a, const Tensor& b) {
+    Tensor g = mul(matmul(a, b), 0.5);  // a computed gradient, clipped
+    Tensor m2 = add(mul(m, 0.9), mul(g, 0.1));
+    Tensor v2 = add(mul(v, 0.95), mul(mul(g, g), 0.05));
+    Tensor p2 = sub(mul(p, 0.999), div(mul(m2, 0.01), add(sqrt(v2), 1e-8)));
+    return std::vector<Tensor>{p2, m2, v2};
+  };
+  const std::vector<Tensor> got = update(pe.to(device()), me.to(device()), ve.to(device()), ae.to(device()), be.to(device()));
+  Program prog = trace(got);
+  cpu_pipeline().run(prog);
+  prog.verify();
+  EXPECT_EQ(count_op(prog, ops::OpKind::FusedElementwise), 1) << prog.text();
+  for (ops::OpKind k : {ops::OpKind::Mul, ops::OpKind::Add, ops::OpKind::Sub, ops::OpKind::Div, ops::OpKind::Sqrt})
+    EXPECT_EQ(count_op(prog, k), 0) << ops::op_name(k) << "\n" << prog.text();
+  const std::vector<Tensor> want = update(pe, me, ve, ae, be);
+  for (size_t k = 0; k < want.size(); ++k)
+    EXPECT_EQ(got[k].cpu().to_vector<float>(), want[k].to_vector<float>()) << "value " << k;
+}
+
 TEST(Passes, ConvReluEpilogueIsFused) {
   manual_seed(2);
   Tensor x = randn({2, 3, 8, 8}).to(device()), w = randn({4, 3, 3, 3}).to(device()), b = randn({4}).to(device());

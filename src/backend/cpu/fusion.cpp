@@ -25,6 +25,7 @@ struct Group {
   int first = 0;               // position the fused node takes
   std::vector<int> members;    // in topological order
   Shape shape;
+  bool floating = false;       // every member reads only graph inputs, constants and members
 };
 
 class FusionPass final : public Pass {
@@ -43,6 +44,24 @@ class FusionPass final : public Pass {
     };
     auto meta = [&](const Ref& r) -> const ops::Meta& { return p.nodes[size_t(r.node)].outs[size_t(r.index)]; };
 
+    // Who reads each node (a floating group may move only where its readers can still see it).
+    std::vector<std::vector<int>> readers(n);
+    for (size_t i = 0; i < n; ++i)
+      if (!p.nodes[i].dead)
+        for (const Ref& r : p.nodes[i].operands)
+          if (r.node >= 0) readers[size_t(r.node)].push_back(int(i));
+    // Whether floating group h may run at position `at` instead of h.first, given that node
+    // `cur` is being placed now: every reader already placed outside h runs after `at`.
+    auto can_move = [&](int h, int at, int cur) {
+      if (groups[size_t(h)].first >= at) return true;  // earlier: its operands are inputs and constants
+      for (int m : groups[size_t(h)].members)
+        for (int u : readers[size_t(m)]) {
+          if (u >= cur || group_of[size_t(u)] == h) continue;
+          const int pos = group_of[size_t(u)] >= 0 ? groups[size_t(group_of[size_t(u)])].first : u;
+          if (pos <= at) return false;
+        }
+      return true;
+    };
     for (size_t i = 0; i < n; ++i) {
       const PNode& nd = p.nodes[i];
       if (nd.dead || nd.kind != NodeKind::Op || !ops::is_elementwise(nd.op) || nd.outs.size() != 1) continue;
@@ -54,30 +73,53 @@ class FusionPass final : public Pass {
         ok = ok && r.node >= 0 && (m.shape == s || shape_numel(m.shape) == 1);
       }
       if (!ok) continue;
-      // Join the group of an operand's producer when every other operand is ready before that group starts.
+      // Join the group of an operand's producer when every other operand is ready before that
+      // group starts, or is made by a floating group of the same shape: that group moves into
+      // this one (it reads only inputs and constants, so it may run earlier, and later too
+      // when every reader placed so far runs after the new position). Groups of computed values first, so an op chain such as AdamW's
+      // (exp_avg * beta1 + grad * (1 - beta1), ...: the state's ops read only inputs) becomes
+      // one pass over the parameter, not a group per op that starts from the inputs.
       int join = -1;
-      for (const Ref& r : nd.operands) {
-        int g = group_of[size_t(r.node)];
-        if (g < 0 || groups[size_t(g)].shape != s) continue;
-        bool legal = true;
-        for (const Ref& o : nd.operands)
-          if (group_of[size_t(o.node)] != g && avail(o.node) >= groups[size_t(g)].first) legal = false;
-        if (legal) { join = g; break; }
-      }
+      std::vector<int> merge;
+      auto try_join = [&](int g) {
+        std::vector<int> m;
+        for (const Ref& o : nd.operands) {
+          const int og = group_of[size_t(o.node)];
+          if (og == g) continue;
+          const Group* h = og >= 0 ? &groups[size_t(og)] : nullptr;
+          if (h && h->floating && h->shape == s && can_move(og, groups[size_t(g)].first, int(i))) {
+            if (std::find(m.begin(), m.end(), og) == m.end()) m.push_back(og);
+            continue;
+          }
+          if (avail(o.node) >= groups[size_t(g)].first) return false;
+        }
+        merge = std::move(m);
+        return true;
+      };
+      for (int pass = 0; pass < 2 && join < 0; ++pass)
+        for (const Ref& r : nd.operands) {
+          const int g = group_of[size_t(r.node)];
+          if (g < 0 || groups[size_t(g)].shape != s || groups[size_t(g)].floating != (pass == 1)) continue;
+          if (try_join(g)) { join = g; break; }
+        }
       if (join < 0) {
         join = int(groups.size());
-        groups.push_back({int(i), {}, s});
+        groups.push_back({int(i), {}, s, true});
       }
-      groups[size_t(join)].members.push_back(int(i));
+      Group& jg = groups[size_t(join)];
+      for (int h : merge) {  // a floating group's members go first: they read no member of jg
+        std::vector<int> ms = std::move(groups[size_t(h)].members);
+        groups[size_t(h)].members.clear();
+        for (int m : ms) group_of[size_t(m)] = join;
+        jg.members.insert(jg.members.begin(), ms.begin(), ms.end());
+      }
+      for (const Ref& o : nd.operands)
+        if (group_of[size_t(o.node)] != join && p.nodes[size_t(o.node)].kind == NodeKind::Op) jg.floating = false;
+      jg.members.push_back(int(i));
       group_of[i] = join;
     }
 
-    // Who uses each node (to find group outputs).
-    std::vector<std::vector<int>> users(n);
-    for (size_t i = 0; i < n; ++i)
-      if (!p.nodes[i].dead)
-        for (const Ref& r : p.nodes[i].operands)
-          if (r.node >= 0) users[size_t(r.node)].push_back(int(i));
+    const std::vector<std::vector<int>>& users = readers;  // to find group outputs
     std::vector<bool> is_program_output(n, false);
     for (const Ref& r : p.outputs) is_program_output[size_t(r.node)] = true;
 
