@@ -1,6 +1,8 @@
 // Elementwise fusion: maximal groups of elementwise ops (ops.def's EW trait) over one
 // iteration shape become a single FusedElementwise node (a program, src/ops/fused.h), run as one pass
 // over memory. Inputs of a group are values of that shape or single elements.
+// A group whose ops read only graph inputs and constants (an optimizer's state times a
+// constant) moves into the group of the op that reads it, so an update is one pass.
 // A float32 sum of a group's value that nothing else reads joins the group (FusedSum):
 // the value is summed tile by tile as it is computed and never written.
 #include <algorithm>
