@@ -512,6 +512,33 @@ TEST(Passes, FusionRespectsBroadcastAndOrder) {
   for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5 * (1 + std::abs(want[i])));
 }
 
+TEST(Passes, OpsOfInputsOnlyJoinTheGroupThatReadsThem) {
+  // AdamW's update of one parameter: the state's ops read only graph inputs (m * beta1,
+  // p * (1 - lr * wd)) and would each start a group of their own (here before the gradient's
+  // matmul: moved later); they move into the group of the clipped gradient that reads them,
+  // so the whole update is one pass: p, m and v written together, the same values as eager.
+  manual_seed(12);
+  Tensor pe = randn({64, 32}), me = randn({64, 32}), ve = abs(randn({64, 32})), ae = randn({64, 16}),
+         be = randn({16, 32});
+  auto update = [](const Tensor& p, const Tensor& m, const Tensor& v, const Tensor& a, const Tensor& b) {
+    Tensor g = mul(matmul(a, b), 0.5);  // a computed gradient, clipped
+    Tensor m2 = add(mul(m, 0.9), mul(g, 0.1));
+    Tensor v2 = add(mul(v, 0.95), mul(mul(g, g), 0.05));
+    Tensor p2 = sub(mul(p, 0.999), div(mul(m2, 0.01), add(sqrt(v2), 1e-8)));
+    return std::vector<Tensor>{p2, m2, v2};
+  };
+  const std::vector<Tensor> got = update(pe.to(device()), me.to(device()), ve.to(device()), ae.to(device()), be.to(device()));
+  Program prog = trace(got);
+  cpu_pipeline().run(prog);
+  prog.verify();
+  EXPECT_EQ(count_op(prog, ops::OpKind::FusedElementwise), 1) << prog.text();
+  for (ops::OpKind k : {ops::OpKind::Mul, ops::OpKind::Add, ops::OpKind::Sub, ops::OpKind::Div, ops::OpKind::Sqrt})
+    EXPECT_EQ(count_op(prog, k), 0) << ops::op_name(k) << "\n" << prog.text();
+  const std::vector<Tensor> want = update(pe, me, ve, ae, be);
+  for (size_t k = 0; k < want.size(); ++k)
+    EXPECT_EQ(got[k].cpu().to_vector<float>(), want[k].to_vector<float>()) << "value " << k;
+}
+
 TEST(Passes, ConvReluEpilogueIsFused) {
   manual_seed(2);
   Tensor x = randn({2, 3, 8, 8}).to(device()), w = randn({4, 3, 3, 3}).to(device()), b = randn({4}).to(device());
@@ -629,6 +656,56 @@ TEST(Passes, PoolReluBackwardNotFusedWhenGradientIsUsedElsewhere) {
   Tensor want = ops::call1(ops::OpKind::ReluBackward, {gp.cpu(), h.cpu()});
   EXPECT_EQ(gr.cpu().to_vector<float>(), want.to_vector<float>());
   axle::sync();
+}
+
+namespace {
+// A residual stream through three layer norms (two pre-LN blocks and a final norm), forward
+// and backward; returns (y, x.grad, M.grad, w2.grad, b2.grad).
+std::vector<Tensor> residual_stream(const Tensor& x, const Tensor& m, const std::vector<Tensor>& w,
+                                    const std::vector<Tensor>& b, const Tensor& r) {
+  Tensor s = x;
+  for (int k = 0; k < 2; ++k) s = add(s, matmul(layer_norm(s, {40}, w[size_t(k)], b[size_t(k)]), m));
+  Tensor y = layer_norm(s, {40}, w[2], b[2]);
+  sum(mul(y, r)).backward();
+  return {y, x.grad(), m.grad(), w[1].grad(), b[1].grad()};
+}
+}  // namespace
+
+TEST(Passes, ResidualAddsFuseIntoLayerNormForwardAndBackward) {
+  // Each residual add that feeds a norm becomes the norm's 4th input (s = x + r its 4th
+  // output), and each add of a norm's input gradient to the stream's gradient becomes the
+  // backward's 6th input: no add of the stream's shape is left, and every value equals the
+  // eager (unfused) one exactly.
+  manual_seed(11);
+  Tensor xe = randn({4, 6, 40}), me = mul(randn({40, 40}), 0.2), re = randn({4, 6, 40});
+  std::vector<Tensor> we, be, wx, bx;
+  for (int k = 0; k < 3; ++k) {
+    we.push_back(add(mul(randn({40}), 0.1), 1.0));
+    be.push_back(mul(randn({40}), 0.1));
+  }
+  Tensor x = xe.to(device()), m = me.to(device()), r = re.to(device());
+  for (int k = 0; k < 3; ++k) {
+    wx.push_back(we[size_t(k)].to(device()));
+    bx.push_back(be[size_t(k)].to(device()));
+  }
+  for (Tensor* t : {&xe, &me, &x, &m, &we[1], &be[1], &wx[1], &bx[1]}) t->set_requires_grad(true);
+  const std::vector<Tensor> got = residual_stream(x, m, wx, bx, r);
+  Program prog = trace(got);
+  cpu_pipeline().run(prog);
+  prog.verify();
+  int fwd = 0, bwd = 0, stream_adds = 0;
+  for (const PNode& n : prog.nodes) {
+    if (n.dead || n.kind != compiler::NodeKind::Op) continue;
+    if (n.op == ops::OpKind::LayerNorm) fwd += ops::attr::LayerNorm::of(n.attrs).residual;
+    if (n.op == ops::OpKind::LayerNormBackward) bwd += ops::attr::LayerNormBackward::of(n.attrs).residual;
+    if (n.op == ops::OpKind::Add && n.outs[0].shape == Shape{4, 6, 40}) ++stream_adds;
+  }
+  EXPECT_EQ(fwd, 2) << prog.text();
+  EXPECT_EQ(bwd, 2) << prog.text();
+  EXPECT_EQ(stream_adds, 0) << prog.text();
+  const std::vector<Tensor> want = residual_stream(xe, me, we, be, re);
+  for (size_t k = 0; k < want.size(); ++k)
+    EXPECT_EQ(got[k].cpu().to_vector<float>(), want[k].to_vector<float>()) << "value " << k;
 }
 
 TEST(Passes, CnnStepFusesEveryPoolingReluBackward) {

@@ -391,6 +391,44 @@ TEST(NN, BatchNormMatchesTorch) {
               2e-5);
 }
 
+// The fused layer_norm op (float32 with weight and bias): its backward sums the weight and bias
+// gradients per fixed block of rows, so 1 and 2 OpenMP threads give the same bits; and it
+// agrees with the composite of public ops (the no-affine path, scaled and shifted by hand)
+// on 300 rows of 257 (several blocks, the threaded paths), forward and backward.
+TEST(NN, LayerNormFusedSameBitsForEveryThreadCountAndEqualsTheComposite) {
+  const Tensor x0 = seq({3, 100, 257}, 0.37, 0.1, 3.0), w0 = seq({257}, 1.3, 0.2, 1.0), b0 = seq({257}, 0.9, 0.4, 0.5);
+  const Tensor r = seq({3, 100, 257}, 0.53, 0.7, 1.0);
+  struct Run {
+    std::vector<float> y, dx, dw, db;
+  };
+  auto run = [&](int threads, bool composite) {
+    const int saved = omp_get_max_threads();
+    omp_set_num_threads(threads);
+    Tensor x = x0.clone(), w = w0.clone(), b = b0.clone();
+    x.set_requires_grad(true);
+    w.set_requires_grad(true);
+    b.set_requires_grad(true);
+    Tensor y = composite ? add(mul(layer_norm(x, {257}), w), b) : layer_norm(x, {257}, w, b);
+    sum(mul(y, r)).backward();
+    omp_set_num_threads(saved);
+    return Run{y.to_vector<float>(), x.grad().to_vector<float>(), w.grad().to_vector<float>(), b.grad().to_vector<float>()};
+  };
+  const Run one = run(1, false), two = run(2, false), ref = run(1, true);
+  EXPECT_EQ(one.y, two.y);
+  EXPECT_EQ(one.dx, two.dx);
+  EXPECT_EQ(one.dw, two.dw);
+  EXPECT_EQ(one.db, two.db);
+  auto near = [](const std::vector<float>& got, const std::vector<float>& want, double tol, const char* what) {
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i)
+      ASSERT_NEAR(got[i], want[i], tol * (1.0 + std::fabs(want[i]))) << what << " at " << i;
+  };
+  near(one.y, ref.y, 1e-5, "y");
+  near(one.dx, ref.dx, 1e-4, "dx");
+  near(one.dw, ref.dw, 1e-4, "dweight");
+  near(one.db, ref.db, 1e-4, "dbias");
+}
+
 TEST(NN, Dropout) {
   Tensor x = ones({100000});
   EXPECT_TRUE(dropout(x, 0.3, false).is_same(x));

@@ -80,6 +80,7 @@ void ensure_registered() {
     register_conv_ops();
     register_pool_ops();
     register_attention_ops();
+    register_norm_ops();
     register_fused_ops();
     register_collective_ops();
     register_spmd_ops();

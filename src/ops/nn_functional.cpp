@@ -6,6 +6,7 @@
 #include "axle/autograd.h"
 #include "axle/generator.h"
 #include "axle/ops.h"
+#include "dist/dist_internal.h"
 #include "ops/op.h"
 
 namespace axle {
@@ -107,6 +108,11 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
   if (bias.defined())
     AXLE_CHECK(bias.shape() == normalized_shape, "[layer_norm] expected bias of shape ", shape_str(normalized_shape),
                ", got ", shape_str(bias.shape()));
+  // float32 with weight and bias (the transformers' case): one fused op, one pass over each
+  // row. Under SPMD the composite below, whose ops all have sharding rules.
+  if (x.dtype() == kFloat32 && weight.defined() && bias.defined() && weight.dtype() == kFloat32 &&
+      bias.dtype() == kFloat32 && x.numel() > 0 && !dist::detail::spmd_mode())
+    return ops::call(ops::OpKind::LayerNorm, {x, weight, bias}, ops::attr::LayerNorm{.dims = k, .eps = eps}.pack())[0];
   Shape dims;
   for (int64_t d = x.dim() - k; d < x.dim(); ++d) dims.push_back(d);
   Tensor mu = mean(x, dims, true);

@@ -53,6 +53,7 @@ void register_linalg_ops();
 void register_conv_ops();
 void register_pool_ops();
 void register_attention_ops();
+void register_norm_ops();
 void register_fused_ops();
 void register_collective_ops();
 void register_spmd_ops();

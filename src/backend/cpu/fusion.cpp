@@ -1,6 +1,8 @@
 // Elementwise fusion: maximal groups of elementwise ops (ops.def's EW trait) over one
 // iteration shape become a single FusedElementwise node (a program, src/ops/fused.h), run as one pass
 // over memory. Inputs of a group are values of that shape or single elements.
+// A group whose ops read only graph inputs and constants (an optimizer's state times a
+// constant) moves into the group of the op that reads it, so an update is one pass.
 // A float32 sum of a group's value that nothing else reads joins the group (FusedSum):
 // the value is summed tile by tile as it is computed and never written.
 #include <algorithm>
@@ -25,6 +27,7 @@ struct Group {
   int first = 0;               // position the fused node takes
   std::vector<int> members;    // in topological order
   Shape shape;
+  bool floating = false;       // every member reads only graph inputs, constants and members
 };
 
 class FusionPass final : public Pass {
@@ -43,6 +46,24 @@ class FusionPass final : public Pass {
     };
     auto meta = [&](const Ref& r) -> const ops::Meta& { return p.nodes[size_t(r.node)].outs[size_t(r.index)]; };
 
+    // Who reads each node (a floating group may move only where its readers can still see it).
+    std::vector<std::vector<int>> readers(n);
+    for (size_t i = 0; i < n; ++i)
+      if (!p.nodes[i].dead)
+        for (const Ref& r : p.nodes[i].operands)
+          if (r.node >= 0) readers[size_t(r.node)].push_back(int(i));
+    // Whether floating group h may run at position `at` instead of h.first, given that node
+    // `cur` is being placed now: every reader already placed outside h runs after `at`.
+    auto can_move = [&](int h, int at, int cur) {
+      if (groups[size_t(h)].first >= at) return true;  // earlier: its operands are inputs and constants
+      for (int m : groups[size_t(h)].members)
+        for (int u : readers[size_t(m)]) {
+          if (u >= cur || group_of[size_t(u)] == h) continue;
+          const int pos = group_of[size_t(u)] >= 0 ? groups[size_t(group_of[size_t(u)])].first : u;
+          if (pos <= at) return false;
+        }
+      return true;
+    };
     for (size_t i = 0; i < n; ++i) {
       const PNode& nd = p.nodes[i];
       if (nd.dead || nd.kind != NodeKind::Op || !ops::is_elementwise(nd.op) || nd.outs.size() != 1) continue;
@@ -54,30 +75,53 @@ class FusionPass final : public Pass {
         ok = ok && r.node >= 0 && (m.shape == s || shape_numel(m.shape) == 1);
       }
       if (!ok) continue;
-      // Join the group of an operand's producer when every other operand is ready before that group starts.
+      // Join the group of an operand's producer when every other operand is ready before that
+      // group starts, or is made by a floating group of the same shape: that group moves into
+      // this one (it reads only inputs and constants, so it may run earlier, and later too
+      // when every reader placed so far runs after the new position). Groups of computed values first, so an op chain such as AdamW's
+      // (exp_avg * beta1 + grad * (1 - beta1), ...: the state's ops read only inputs) becomes
+      // one pass over the parameter, not a group per op that starts from the inputs.
       int join = -1;
-      for (const Ref& r : nd.operands) {
-        int g = group_of[size_t(r.node)];
-        if (g < 0 || groups[size_t(g)].shape != s) continue;
-        bool legal = true;
-        for (const Ref& o : nd.operands)
-          if (group_of[size_t(o.node)] != g && avail(o.node) >= groups[size_t(g)].first) legal = false;
-        if (legal) { join = g; break; }
-      }
+      std::vector<int> merge;
+      auto try_join = [&](int g) {
+        std::vector<int> m;
+        for (const Ref& o : nd.operands) {
+          const int og = group_of[size_t(o.node)];
+          if (og == g) continue;
+          const Group* h = og >= 0 ? &groups[size_t(og)] : nullptr;
+          if (h && h->floating && h->shape == s && can_move(og, groups[size_t(g)].first, int(i))) {
+            if (std::find(m.begin(), m.end(), og) == m.end()) m.push_back(og);
+            continue;
+          }
+          if (avail(o.node) >= groups[size_t(g)].first) return false;
+        }
+        merge = std::move(m);
+        return true;
+      };
+      for (int pass = 0; pass < 2 && join < 0; ++pass)
+        for (const Ref& r : nd.operands) {
+          const int g = group_of[size_t(r.node)];
+          if (g < 0 || groups[size_t(g)].shape != s || groups[size_t(g)].floating != (pass == 1)) continue;
+          if (try_join(g)) { join = g; break; }
+        }
       if (join < 0) {
         join = int(groups.size());
-        groups.push_back({int(i), {}, s});
+        groups.push_back({int(i), {}, s, true});
       }
-      groups[size_t(join)].members.push_back(int(i));
+      Group& jg = groups[size_t(join)];
+      for (int h : merge) {  // a floating group's members go first: they read no member of jg
+        std::vector<int> ms = std::move(groups[size_t(h)].members);
+        groups[size_t(h)].members.clear();
+        for (int m : ms) group_of[size_t(m)] = join;
+        jg.members.insert(jg.members.begin(), ms.begin(), ms.end());
+      }
+      for (const Ref& o : nd.operands)
+        if (group_of[size_t(o.node)] != join && p.nodes[size_t(o.node)].kind == NodeKind::Op) jg.floating = false;
+      jg.members.push_back(int(i));
       group_of[i] = join;
     }
 
-    // Who uses each node (to find group outputs).
-    std::vector<std::vector<int>> users(n);
-    for (size_t i = 0; i < n; ++i)
-      if (!p.nodes[i].dead)
-        for (const Ref& r : p.nodes[i].operands)
-          if (r.node >= 0) users[size_t(r.node)].push_back(int(i));
+    const std::vector<std::vector<int>>& users = readers;  // to find group outputs
     std::vector<bool> is_program_output(n, false);
     for (const Ref& r : p.outputs) is_program_output[size_t(r.node)] = true;
 
@@ -185,6 +229,13 @@ class FusionPass final : public Pass {
 //   only to each window's argmax, where x equals the pooled output y, so the relu mask
 //   (x > 0) is y > 0 and applies per window while the gradient is written (max_pool2d_backward
 //   with its relu field set and y as a 4th input; see src/ops/pool.cpp). Same values exactly.
+// - layer_norm(add(x, r)) (a transformer's residual stream: s = x + r feeds this norm and the
+//   next block): the norm takes x and r, writes s as its 4th output and normalises the rows of
+//   s while they are in cache (ops.def: LayerNorm's residual); the fused node stands where the
+//   add stood. Same values exactly (s is the same float sum).
+// - add(layer_norm_backward(...).dx, g) where only the add reads dx (the gradient of the
+//   residual stream: the norm's input gradient plus the one from the block above): g is
+//   added as dx is written (LayerNormBackward's residual). Same values exactly.
 class EpilogueFusionPass final : public Pass {
  public:
   const char* name() const override { return "epilogue-fusion"; }
@@ -195,10 +246,27 @@ class EpilogueFusionPass final : public Pass {
         for (const Ref& r : n.operands)
           if (r.node >= 0) ++uses[size_t(r.node)];
     for (const Ref& r : p.outputs) uses[size_t(r.node)] += 2;  // a graph output must stay unfused
-    bool changed = false;
+    // Readers of each (node, output) (layer norm's residual epilogues; a graph output counts 2).
+    std::map<std::pair<int, int>, int> ref_uses;
+    for (const PNode& n : p.nodes)
+      if (!n.dead)
+        for (const Ref& r : n.operands)
+          if (r.node >= 0) ++ref_uses[{r.node, r.index}];
+    for (const Ref& r : p.outputs) ref_uses[{r.node, r.index}] += 2;
+    bool changed = false, moved = false;
     for (size_t i = 0; i < p.nodes.size(); ++i) {
       PNode& n = p.nodes[i];
       if (n.dead || n.kind != NodeKind::Op) continue;
+      if (n.op == OpKind::LayerNorm) {
+        const bool f = fuse_layer_norm_residual(p, int(i));
+        changed = changed || f;
+        moved = moved || f;
+        continue;
+      }
+      if (n.op == OpKind::Add) {
+        changed = fuse_layer_norm_backward_residual(p, int(i), ref_uses) || changed;
+        continue;
+      }
       if (n.op == OpKind::ReluBackward) {
         changed = fuse_pool_relu_backward(p, int(i), uses) || changed;
         continue;
@@ -225,10 +293,69 @@ class EpilogueFusionPass final : public Pass {
       n.dead = true;
       changed = true;
     }
+    if (moved) p.hoist_leaves();  // a fused norm may read an input that stood after the add
     return changed;
   }
 
  private:
+  /// Whether value r is float32 of `shape`.
+  static bool is_f32(const Program& p, const Ref& r, const Shape& shape) {
+    if (r.node < 0) return false;
+    const ops::Meta& m = p.nodes[size_t(r.node)].outs[size_t(r.index)];
+    return m.dtype == kFloat32 && m.shape == shape;
+  }
+  /// Whether value r is ready before node `at` runs (inputs and constants always are).
+  static bool ready_before(const Program& p, const Ref& r, int at) {
+    return r.node >= 0 && (p.nodes[size_t(r.node)].kind != NodeKind::Op || r.node < at);
+  }
+  // layer_norm(add(x, r), w, b) -> layer_norm(x, w, b, r) with s = x + r its 4th output, at the add's place.
+  static bool fuse_layer_norm_residual(Program& p, int i) {
+    ops::attr::LayerNorm at = ops::attr::LayerNorm::of(p.nodes[size_t(i)].attrs);
+    const Ref s = p.nodes[size_t(i)].operands[0];
+    if (at.residual || s.index != 0 || !is_op(p, s, OpKind::Add)) return false;
+    const int ai = s.node;
+    const PNode& add = p.nodes[size_t(ai)];
+    const Shape& shape = add.outs[0].shape;
+    if (!is_f32(p, s, shape) || !is_f32(p, add.operands[0], shape) || !is_f32(p, add.operands[1], shape)) return false;
+    PNode fused = p.nodes[size_t(i)];
+    for (size_t k = 1; k < fused.operands.size(); ++k)
+      if (!ready_before(p, fused.operands[k], ai)) return false;
+    fused.operands = {add.operands[0], fused.operands[1], fused.operands[2], add.operands[1]};
+    at.residual = true;
+    fused.attrs = at.pack();
+    fused.outs.push_back(add.outs[0]);
+    // Users of the norm's outputs and of the sum move to the fused node (through placeholders).
+    const int ph = int(p.nodes.size()) + 1000000;
+    for (int k = 0; k < 3; ++k) p.replace_uses({i, k}, {ph, k});
+    p.replace_uses({ai, 0}, {ph, 3});
+    p.nodes[size_t(ai)] = std::move(fused);
+    p.nodes[size_t(i)].dead = true;
+    for (int k = 0; k < 4; ++k) p.replace_uses({ph, k}, {ai, k});
+    return true;
+  }
+  // add(dx, g) (either order) with dx = layer_norm_backward(...)[0] read only here -> the
+  // backward with g as its residual input; g must be ready before the backward runs.
+  static bool fuse_layer_norm_backward_residual(Program& p, int i, const std::map<std::pair<int, int>, int>& ref_uses) {
+    const PNode& add = p.nodes[size_t(i)];
+    const Shape& shape = add.outs[0].shape;
+    if (add.outs[0].dtype != kFloat32) return false;
+    for (int k = 0; k < 2; ++k) {
+      const Ref d = add.operands[size_t(k)], g = add.operands[size_t(1 - k)];
+      if (d.index != 0 || !is_op(p, d, OpKind::LayerNormBackward)) continue;
+      auto u = ref_uses.find({d.node, 0});
+      if (u == ref_uses.end() || u->second != 1) continue;
+      PNode& lb = p.nodes[size_t(d.node)];
+      ops::attr::LayerNormBackward at = ops::attr::LayerNormBackward::of(lb.attrs);
+      if (at.residual || !is_f32(p, d, shape) || !is_f32(p, g, shape) || !ready_before(p, g, d.node)) continue;
+      at.residual = true;
+      lb.attrs = at.pack();
+      lb.operands.push_back(g);
+      p.replace_uses({i, 0}, d);
+      p.nodes[size_t(i)].dead = true;
+      return true;
+    }
+    return false;
+  }
   static bool is_op(const Program& p, const Ref& r, OpKind k) {
     if (r.node < 0) return false;
     const PNode& n = p.nodes[size_t(r.node)];

@@ -21,6 +21,7 @@ void register_cpu_linalg_kernels();
 void register_cpu_conv_kernels();
 void register_cpu_pool_kernels();
 void register_cpu_attention_kernels();
+void register_cpu_norm_kernels();
 void register_cpu_fused_kernels();
 void register_cpu_collective_kernels();
 void register_cpu_spmd_kernels();

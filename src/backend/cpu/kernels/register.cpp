@@ -12,6 +12,7 @@ void register_cpu_kernels() {
   register_cpu_conv_kernels();
   register_cpu_pool_kernels();
   register_cpu_attention_kernels();
+  register_cpu_norm_kernels();
   register_cpu_fused_kernels();
   register_cpu_collective_kernels();
   register_cpu_spmd_kernels();
