@@ -39,10 +39,32 @@ QUALIFIED = re.compile(r"(?<![\w.:>])((?:[A-Za-z_]\w*::)+(?:~?[A-Za-z_]\w*))")
 PATHLIKE = re.compile(r"^[\w.~<>*{},/+-]+$")
 
 
+# What .gitignore leaves out of the tree, for a tree without git (CI's fresh root has no git):
+# directories by name anywhere, or by path from the root, and file suffixes.
+IGNORED_DIRS = {".git", ".cache", "__pycache__", ".pytest_cache"}
+IGNORED_TOP = ("build", "build-")
+IGNORED_PATHS = {"python/build"}
+IGNORED_SUFFIXES = (".pyc", ".so", ".egg-info")
+
+
 def tree_files(root):
-    out = subprocess.run(["git", "-C", root, "ls-files", "-co", "--exclude-standard"], capture_output=True,
-                         text=True, check=True).stdout.split("\n")
-    return [f for f in out if f and os.path.exists(os.path.join(root, f))]
+    """The source tree's files, relative to root: git's tracked and untracked-not-ignored files
+    where git is there, else a walk that skips what .gitignore ignores."""
+    try:
+        out = subprocess.run(["git", "-C", root, "ls-files", "-co", "--exclude-standard"], capture_output=True,
+                             text=True, check=True).stdout.split("\n")
+        return [f for f in out if f and os.path.exists(os.path.join(root, f))]
+    except (OSError, subprocess.CalledProcessError):
+        pass
+    files = []
+    for d, dirs, names in os.walk(root):
+        rel = os.path.relpath(d, root)
+        rel = "" if rel == "." else rel + "/"
+        dirs[:] = [x for x in dirs if x not in IGNORED_DIRS and not x.endswith(IGNORED_SUFFIXES)
+                   and not (rel == "" and (x == IGNORED_TOP[0] or x.startswith(IGNORED_TOP[1])))
+                   and rel + x not in IGNORED_PATHS]
+        files += [rel + n for n in names if not n.endswith(IGNORED_SUFFIXES) and rel + n != "python/axle/_build_info.py"]
+    return files
 
 
 # ---------------------------------------------------------------- declarations

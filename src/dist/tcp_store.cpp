@@ -246,6 +246,11 @@ class TcpStoreImpl final : public TcpStore {
         ::freeaddrinfo(res);
       } else {
         last = ::gai_strerror(rc);
+        // No such host is an answer, not a delay (EAI_AGAIN, a resolver not reachable yet, is
+        // retried): waiting out the timeout would only hide the misspelt address.
+        AXLE_CHECK(rc != EAI_NONAME, "[dist] rendezvous: the master address '", addr_,
+                   "' does not resolve (", last, "): set MASTER_ADDR (or, under Slurm, SLURM_NODELIST's first host) "
+                   "to a host name or address every rank can resolve");
       }
       if (fd_ >= 0) return;
       AXLE_CHECK(std::chrono::steady_clock::now() < deadline, "[dist] rendezvous: cannot reach the TCP store at ",
