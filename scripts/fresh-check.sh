@@ -172,9 +172,17 @@ mkdir -p "$ROOT/root/axle"
    while IFS= read -r -d '' f; do [ -e "$f" ] && printf '%s\0' "$f"; done |
    tar --null -T - -cf -) | tar -C "$ROOT/root/axle" -xf -
 log "copied $(cd "$ROOT/root/axle" && find . -type f | wc -l) files to /root/axle"
+# debootstrap writes no /etc/hosts; every installed Debian machine has one (the installer, or
+# cloud-init, writes it), and `ip netns exec` binds a namespace's own hosts file over it (the
+# two-host tests name their hosts so).
+[ -e "$ROOT/etc/hosts" ] || printf '127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n' > "$ROOT/etc/hosts"
 
 # --- 3. the README's commands, inside ------------------------------------------------------
 stage="mounts"
+# The root a mount point of its own, first (a bind over it later would hide the mounts below):
+# `ip netns exec` (the two-host tests) makes / a slave mount, which fails where / is a plain
+# directory, as it is in a chroot.
+mount_in "" --bind "$ROOT"
 mount_in /proc -t proc proc
 mount_in /sys -t sysfs -o ro sysfs
 mount_in /dev --bind /dev
