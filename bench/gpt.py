@@ -26,6 +26,12 @@ SYSTEMS = {
     "axle-cpu": ("axle", ["--device", "cpu"], "axle cpu (eager)"),
     "pt-eager": ("pt215", ["--mode", "eager"], "PyTorch 2.15 eager"),
     "pt-compile": ("pt215", ["--mode", "compile"], "PyTorch 2.15 torch.compile(step)"),
+    # bf16 (issue 27): axle-gpt-step --precision bf16 (forward and loss under axle::autocast) and
+    # PyTorch eager under torch.autocast('cpu', torch.bfloat16) (bench/gpt_train_pt.py --bench: the
+    # same model and step as gpt_pt2.py).
+    "axle-xla-bf16": ("axle", ["--device", "xla", "--precision", "bf16"], "axle xla, bf16 autocast"),
+    "axle-cpu-bf16": ("axle", ["--device", "cpu", "--precision", "bf16"], "axle cpu (eager), bf16 autocast"),
+    "pt-eager-bf16": ("pt215-twin", ["--bench", "--precision", "bf16"], "PyTorch 2.15 eager, autocast bf16"),
     # Before/after a change in one run: axle-gpt-step of another build (AXLE_GPT_BEFORE=path).
     "axle-xla-before": ("before", ["--device", "xla"], "axle xla of the AXLE_GPT_BEFORE build"),
 }
@@ -42,6 +48,9 @@ def run(a, s, threads):
     common = ["--threads", str(threads), "--steps", str(a.steps), "--warm", str(a.warm)]
     if kind == "pt215":
         cmd = [os.path.join(a.venvs, "pt215", "bin", "python"), os.path.join(a.peers, "gpt_pt2.py"), *args, *common]
+    elif kind == "pt215-twin":
+        cmd = [os.path.join(a.venvs, "pt215", "bin", "python"),
+               os.path.join(os.path.dirname(os.path.abspath(__file__)), "gpt_train_pt.py"), *args, *common]
     else:
         binary = a.axle if kind == "axle" else os.environ.get("AXLE_GPT_BEFORE", "")
         if not os.access(binary, os.X_OK):
@@ -54,6 +63,20 @@ def run(a, s, threads):
     j = json.loads(lines[-1])
     return dict(median_ms=j["median_step_ms"], p10_ms=j["p10_step_ms"], p90_ms=j["p90_step_ms"],
                 first_step_s=j["first_step_s"], version=j.get("version"))
+
+
+def processor():
+    """The processor's name and whether it has the bf16 instructions (AVX512_BF16, AMX-BF16)."""
+    name, flags = "?", set()
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name") and name == "?":
+                name = line.split(":", 1)[1].strip()
+            elif line.startswith("flags") and not flags:
+                flags = set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return dict(processor=name, avx512_bf16="avx512_bf16" in flags, amx_bf16="amx_bf16" in flags)
 
 
 def spread(xs):
@@ -79,7 +102,7 @@ def main():
     for s in a.systems.split():
         if s not in SYSTEMS:
             sys.exit(f"bench: unknown gpt system {s!r} (known: {' '.join(SYSTEMS)})")
-        if SYSTEMS[s][0] == "pt215":
+        if SYSTEMS[s][0] in ("pt215", "pt215-twin"):
             py = os.path.join(a.venvs, "pt215", "bin", "python")
             why = "peer scripts not found (shared/reference/peers)" if not a.peers else \
                 None if os.access(py, os.X_OK) and os.path.exists(os.path.join(a.venvs, "pt215", ".anchors-stamp")) \
@@ -120,7 +143,10 @@ def main():
                          vs_pt_eager=spread([x["median_ms"] / b["median_ms"] for x, b in zip(recs, base) if x and b]),
                          first_step_s=spread([x["first_step_s"] for x in recs if x])))
 
-    print(f"\nGPT step (batch 32 x block 128, 4 layers, 128 embd, AdamW + clipping): median ms of {a.reps} runs "
+    pr = processor()
+    print(f"\nprocessor: {pr['processor']}; AVX512_BF16: {'yes' if pr['avx512_bf16'] else 'no'}; "
+          f"AMX-BF16: {'yes' if pr['amx_bf16'] else 'no'}")
+    print(f"GPT step (batch 32 x block 128, 4 layers, 128 embd, AdamW + clipping): median ms of {a.reps} runs "
           f"per system (each: median of {a.steps} steps after {a.warm} warm-up), runs alternating between systems")
     print(f"{'thr':>3}  {'system':15} {'median ms':>10} {'range ms':>15} {'tokens/s':>9} {'x pt-eager':>10} "
           f"{'ratio range':>12} {'1st step s':>10}")
@@ -137,7 +163,7 @@ def main():
           "eager); target: axle-xla <= 0.70 and below pt-compile.")
     print("1st step s: the first step (axle xla: trace + compile; torch.compile: from its cache as left by earlier runs).")
     out = dict(date=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t_start)), seconds=round(time.time() - t_start),
-               machine=dict(cores=os.cpu_count(), loadavg_start=load0, loadavg_end=os.getloadavg()),
+               machine=dict(cores=os.cpu_count(), loadavg_start=load0, loadavg_end=os.getloadavg(), **processor()),
                config=dict(steps=a.steps, warm=a.warm, reps=a.reps, batch=32, block=128,
                            threads=[int(t) for t in a.threads.split()]),
                baseline=BASE, versions=versions, skipped=skipped, rows=rows)

@@ -30,6 +30,7 @@ namespace {
 
 struct Args {
   std::string device = "xla";
+  std::string precision = "fp32";  // bf16: forward and loss under axle::autocast
   int threads = 1, steps = 40, warm = 5;
   int64_t batch = 32, block = 128, n_layer = 4, n_head = 4, n_embd = 128, vocab = 96;
   bool metrics = false;
@@ -38,7 +39,8 @@ struct Args {
 [[noreturn]] void usage(const char* why) {
   std::fprintf(stderr,
                "axle-gpt-step: %s\nusage: axle-gpt-step --device xla|cpu [--threads N] [--steps N] [--warm N] "
-               "[--batch N] [--block N] [--n-layer N] [--n-head N] [--n-embd N] [--vocab N] [--metrics]\n",
+               "[--batch N] [--block N] [--n-layer N] [--n-head N] [--n-embd N] [--vocab N] [--precision fp32|bf16] "
+               "[--metrics]\n",
                why);
   std::exit(2);
 }
@@ -58,6 +60,7 @@ Args parse(int argc, char** argv) {
       return n;
     };
     if (k == "--device") a.device = v;
+    else if (k == "--precision") a.precision = v;
     else if (k == "--threads") a.threads = int(num());
     else if (k == "--steps") a.steps = int(num());
     else if (k == "--warm") a.warm = int(num());
@@ -70,6 +73,7 @@ Args parse(int argc, char** argv) {
     else usage(("unknown argument " + k).c_str());
   }
   if (a.device != "xla" && a.device != "cpu") usage("expected --device xla or cpu");
+  if (a.precision != "fp32" && a.precision != "bf16") usage("expected --precision fp32 or bf16");
   if (a.steps < 1 || a.threads < 1) usage("expected --steps >= 1 and --threads >= 1");
   return a;
 }
@@ -111,7 +115,11 @@ int main(int argc, char** argv) {
       const auto t0 = std::chrono::steady_clock::now();
       Tensor x = data[i].first.to(dev), y = data[i].second.to(dev);
       opt.zero_grad();
-      Tensor loss = model->loss(x, y);
+      Tensor loss;
+      {
+        autocast region(dev, DType::BFloat16, a.precision == "bf16");
+        loss = model->loss(x, y);
+      }
       loss.backward();
       nn::utils::clip_grad_norm_(model->parameters(), 1.0);
       opt.step();
@@ -126,10 +134,11 @@ int main(int argc, char** argv) {
     const size_t m = timed.size();
     const double med = m % 2 ? timed[m / 2] : 0.5 * (timed[m / 2 - 1] + timed[m / 2]);
     std::printf(
-        "{\"system\": \"axle\", \"device\": \"%s\", \"model\": \"gpt\", \"threads\": %d, \"params\": %lld, "
+        "{\"system\": \"axle\", \"device\": \"%s\", \"precision\": \"%s\", \"model\": \"gpt\", \"threads\": %d, "
+        "\"params\": %lld, "
         "\"batch\": %lld, \"block\": %lld, \"median_step_ms\": %.3f, \"p10_step_ms\": %.3f, \"p90_step_ms\": %.3f, "
         "\"tokens_per_s\": %.0f, \"first_step_s\": %.2f, \"last_loss\": %.6f}\n",
-        a.device.c_str(), a.threads, (long long)params, (long long)a.batch, (long long)a.block, med * 1e3,
+        a.device.c_str(), a.precision.c_str(), a.threads, (long long)params, (long long)a.batch, (long long)a.block, med * 1e3,
         timed[m / 10] * 1e3, timed[9 * m / 10] * 1e3, double(a.batch * a.block) / med, first, last_loss);
     if (a.metrics) std::cerr << metrics::report();
   } catch (const std::exception& e) {

@@ -39,6 +39,8 @@ AXLE = {
     "axle-compiled": (["--device", "xla", "--pattern", "compiled"], "axle xla, axle::compile'd step"),
     "axle-eager": (["--device", "xla", "--pattern", "eager"], "axle xla eager mode"),
     "axle-xla-async": (["--device", "xla", "--pattern", "single"], "axle xla, async execution (AXLE_ASYNC=1)"),
+    "axle-xla-bf16": (["--device", "xla", "--pattern", "single", "--precision", "bf16"],
+                      "axle xla, bf16 autocast (axle-train --precision bf16)"),
     # Before/after a change, in one run: axle-train of another build (AXLE_BEFORE=path/to/axle-train).
     "axle-xla-before": (["--device", "xla", "--pattern", "single"], "axle xla of the AXLE_BEFORE build"),
 }

@@ -1,5 +1,6 @@
 // Umbrella header: everything a training program needs.
 #pragma once
+#include "axle/autocast.h"
 #include "axle/autograd.h"
 #include "axle/compile.h"
 #include "axle/device.h"

@@ -3,6 +3,7 @@
 #include <functional>
 #include <unordered_map>
 
+#include "axle/autocast.h"
 #include "axle/autograd.h"
 #include "axle/ops.h"
 #include "autograd/node.h"
@@ -112,6 +113,10 @@ void run_backward(const Tensor& root, const Tensor& grad) {
 namespace {
 void run_graph(const Tensor& root, const Tensor& grad) {
   NoGradGuard no_grad;
+  // Autocast off: each vjp computes in the dtypes its forward ran in (a cast's vjp casts the
+  // gradient back), whether or not backward() is called inside an autocast region.
+  autocast no_autocast_cpu(kCPU, autocast::dtype(kCPU), false);
+  autocast no_autocast_xla(Device(DeviceType::XLA), autocast::dtype(Device(DeviceType::XLA)), false);
   Edge start = gradient_edge(root);
   if (!start.fn) return;
   // Count, for each node, how many edges lead into it.

@@ -258,7 +258,9 @@ XlaFullyShardedDataParallel::XlaFullyShardedDataParallel(ModulePtr module, XlaFu
   AXLE_CHECK(!(opts_.flatten_parameters && opts_.shard_param_on_dim_0), me,
              " flatten_parameters and shard_param_on_dim_0 exclude each other (dim-0 sharding keeps each parameter's shape)");
   AXLE_CHECK(!opts_.compute_dtype && !opts_.buffer_dtype, me,
-             " compute_dtype / buffer_dtype are not supported by v1 (the cpu kernels compute in float32); leave them unset");
+             " compute_dtype / buffer_dtype are not supported by v1 yet (missing: the all-gather in the compute dtype "
+             "and the reduce-scatter of its gradients into float32 shards); leave them unset and run the forward under "
+             "axle::autocast(device, DType::BFloat16) for bf16 compute (axle-train --precision bf16)");
   Unit& u = *unit_;
   u.world = runtime::world_size();
   u.rank = runtime::global_ordinal();

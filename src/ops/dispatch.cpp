@@ -9,6 +9,7 @@
 #include "axle/autograd.h"
 #include "axle/metrics.h"
 #include "axle/ops.h"
+#include "ops/autocast.h"
 #include "ops/hooks.h"
 #include "ops/kernels.h"
 #include "ops/op.h"
@@ -113,6 +114,13 @@ Tensors call(OpKind k, const Tensors& in, const Attrs& a) {
     if (!have) { dev = ti->device; have = true; continue; }
     AXLE_CHECK(ti->device == dev, "[", op_name(k), "] expected all tensors on one device, got ", dev, " and ",
                ti->device);
+  }
+  // Autocast (ops.def's AC_ column): inside a region of this device type, the op runs on
+  // its inputs cast by cast ops (traced and autograd-recorded like any op); the cast inputs
+  // need no further cast, so the call below takes this branch once.
+  if (const AutocastRule rule = autocast_rule(k); rule != AutocastRule::None) [[unlikely]] {
+    Tensors cast_in;
+    if (autocast_inputs(rule, dev.type, in, cast_in)) return call(k, cast_in, a);
   }
   // TraceTime: what an op on the lazy device costs the training loop (shape rule,
   // recording, autograd), reported against the step time by bench/run.

@@ -7,6 +7,7 @@
 #include "axle/generator.h"
 #include "axle/ops.h"
 #include "dist/dist_internal.h"
+#include "ops/autocast.h"
 #include "ops/op.h"
 
 namespace axle {
@@ -44,9 +45,10 @@ Tensor apply_reduction(const Tensor& per_elem, Reduction r) {
 
 }  // namespace
 
-Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
+Tensor batch_norm(const Tensor& x_in, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
                   const Tensor& running_var, bool training, double momentum, double eps) {
-  ops::check_defined(x, "batch_norm", "input");
+  ops::check_defined(x_in, "batch_norm", "input");
+  const Tensor x = ops::autocast_fp32(x_in);  // autocast: the statistics in float32
   AXLE_CHECK(x.dim() >= 2, "[batch_norm] expected an input of shape [N, C] or [N, C, ...], got ",
              shape_str(x.shape()));
   AXLE_CHECK(is_floating(x.dtype()), "[batch_norm] expected a floating input, got ", x.dtype());
@@ -93,9 +95,13 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, con
   return y;
 }
 
-Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight, const Tensor& bias,
-                  double eps) {
-  ops::check_defined(x, "layer_norm", "input");
+Tensor layer_norm(const Tensor& x_in, const Shape& normalized_shape, const Tensor& weight_in,
+                  const Tensor& bias_in, double eps) {
+  ops::check_defined(x_in, "layer_norm", "input");
+  // autocast: layer_norm's AC_FP32 (ops.def) for the composite path too, so a bf16 input
+  // under autocast takes the fused float32 op.
+  const Tensor x = ops::autocast_fp32(x_in), weight = ops::autocast_fp32(weight_in),
+               bias = ops::autocast_fp32(bias_in);
   const int64_t k = int64_t(normalized_shape.size());
   AXLE_CHECK(k >= 1 && k <= x.dim(), "[layer_norm] expected 1..", x.dim(), " normalized dims, got ",
              shape_str(normalized_shape));
@@ -124,8 +130,9 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
   return y;
 }
 
-Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight, const Tensor& bias, double eps) {
-  ops::check_defined(x, "group_norm", "input");
+Tensor group_norm(const Tensor& x_in, int64_t num_groups, const Tensor& weight, const Tensor& bias, double eps) {
+  ops::check_defined(x_in, "group_norm", "input");
+  const Tensor x = ops::autocast_fp32(x_in);  // autocast: the statistics in float32
   AXLE_CHECK(x.dim() >= 2, "[group_norm] expected an input of shape [N, C, ...], got ", shape_str(x.shape()));
   AXLE_CHECK(is_floating(x.dtype()), "[group_norm] expected a floating input, got ", x.dtype());
   const int64_t N = x.shape()[0], C = x.shape()[1];
@@ -163,8 +170,9 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
   return mul(x, mask);
 }
 
-Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& o) {
-  ops::check_defined(logits, "cross_entropy", "input");
+Tensor cross_entropy(const Tensor& logits_in, const Tensor& target, const CrossEntropyOptions& o) {
+  ops::check_defined(logits_in, "cross_entropy", "input");
+  const Tensor logits = ops::autocast_fp32(logits_in);  // PyTorch's autocast: cross_entropy_loss in fp32
   ops::check_defined(target, "cross_entropy", "target");
   const double eps = o.label_smoothing;
   AXLE_CHECK(eps >= 0.0 && eps <= 1.0, "[cross_entropy] expected label_smoothing in [0, 1], got ", eps);
@@ -208,9 +216,10 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntr
   return add(mul(nll, 1.0 - eps), mul(st, eps));
 }
 
-Tensor mse_loss(const Tensor& a, const Tensor& b, Reduction r) {
-  ops::check_defined(a, "mse_loss", "input");
-  ops::check_defined(b, "mse_loss", "target");
+Tensor mse_loss(const Tensor& a_in, const Tensor& b_in, Reduction r) {
+  ops::check_defined(a_in, "mse_loss", "input");
+  ops::check_defined(b_in, "mse_loss", "target");
+  const Tensor a = ops::autocast_fp32(a_in), b = ops::autocast_fp32(b_in);  // autocast: mse_loss in fp32
   AXLE_CHECK(a.shape() == b.shape(), "[mse_loss] expected input and target of one shape, got ", shape_str(a.shape()),
              " and ", shape_str(b.shape()));
   Tensor d = sub(a, b);

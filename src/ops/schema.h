@@ -69,6 +69,16 @@ enum class ShardRule : uint8_t {
 };
 inline constexpr uint32_t kShardRuleShift = 24;
 
+/// What an autocast region (axle/autocast.h) does to an op's floating inputs: the AC_* entry
+/// of its traits in ops.def (bits 16..17; none: None). PyTorch 2.15's CPU cast policies.
+enum class AutocastRule : uint8_t {
+  None = 0,  ///< runs in its inputs' types (PyTorch's fallthrough)
+  Lower,     ///< AC_LOWER: floating inputs cast to the region's dtype (bf16): matmul, conv, attention
+  Fp32,      ///< AC_FP32: floating inputs cast to float32: softmax, losses, layer norm, prod
+  Promote,   ///< AC_PROMOTE: floating inputs cast to the widest of their types (cat)
+};
+inline constexpr uint32_t kAutocastShift = 16;
+
 /// How many inputs or outputs an op takes: lo..hi, hi = kAny for "any number".
 struct Arity {
   static constexpr int kAny = -1;
@@ -122,6 +132,9 @@ constexpr uint32_t S_POINTWISE = uint32_t(ShardRule::Pointwise) << kShardRuleShi
                    S_PASS = uint32_t(ShardRule::PassThrough) << kShardRuleShift,
                    S_ATTENTION = uint32_t(ShardRule::Attention) << kShardRuleShift,
                    S_DEVICE = uint32_t(ShardRule::Device) << kShardRuleShift;
+constexpr uint32_t AC_LOWER = uint32_t(AutocastRule::Lower) << kAutocastShift,
+                   AC_FP32 = uint32_t(AutocastRule::Fp32) << kAutocastShift,
+                   AC_PROMOTE = uint32_t(AutocastRule::Promote) << kAutocastShift;
 constexpr int N = Arity::kAny;
 constexpr Arity R(int lo, int hi) { return {lo, hi}; }
 constexpr double INF = std::numeric_limits<double>::infinity();  // an unbounded default
@@ -174,6 +187,10 @@ constexpr bool is_barrier(OpKind k) { return op_info(k).has(kBarrier); }
 constexpr bool is_float_op(OpKind k) { return op_info(k).has(kFloatMath); }
 /// The SPMD partitioner's rule for op k (its S_* trait in ops.def; Opaque if none).
 constexpr ShardRule shard_rule(OpKind k) { return ShardRule(op_info(k).traits >> kShardRuleShift); }
+/// Op k's autocast rule (its AC_* trait in ops.def; None if none).
+constexpr AutocastRule autocast_rule(OpKind k) {
+  return AutocastRule((op_info(k).traits >> kAutocastShift) & 3u);
+}
 /// Every op with all of `traits`, in OpKind order.
 std::vector<OpKind> ops_with(uint32_t traits);
 

@@ -200,6 +200,11 @@ void add_flags(CLI::App& app, Config& cfg, std::string& pattern_text) {
   app.add_option("--mesh", cfg.mesh,
                  "--pattern spmd: mesh axes and sizes, data=N (default: data=--devices) or data=2,model=2 "
                  "(model: tensor-parallel linear layers)");
+  app.add_option("--precision", cfg.precision,
+                 "bf16: forward and loss under autocast (matrix products, convolutions and attention in bfloat16; "
+                 "parameters, gradients and optimizer state stay float32)")
+      ->check(CLI::IsMember({"fp32", "bf16"}))
+      ->capture_default_str();
   app.add_option("--threads", cfg.threads, "CPU threads (default: all cores)")->check(positive<int>());
   app.add_option("--data", cfg.data, "mlp/cnn: directory of the Fashion-MNIST IDX files; gpt: a UTF-8 text file or a directory of them (default /usr/share/games/fortunes)")->capture_default_str();
   app.add_option("--json", cfg.json, "write the result as one JSON object to this file");

@@ -67,6 +67,10 @@ struct Config {
   double temperature = 1.0;
   int64_t top_k = 0;
   bool epochs_given = false;
+  std::string precision = "fp32";  // bf16: forward and loss under axle::autocast (docs/precision.md)
+  /// --precision bf16: the forward and the loss run in an autocast region (bf16 matrix products,
+  /// fp32 parameters, optimizer state and gradients).
+  bool autocast() const { return precision == "bf16"; }
   bool is_gpt() const { return model == "gpt"; }
 };
 

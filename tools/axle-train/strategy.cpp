@@ -87,7 +87,13 @@ StepOut Strategy::step(const std::vector<data::Example>& micro, optim::Optimizer
     for (size_t k = 0; k < n; ++k) {
       // Each micro-batch's loss / n is backpropagated: the gradients add up to the mean's.
       auto fwd_bwd = [&] {
-        Tensor l = loss(*fwd, x[k], y[k]);
+        Tensor l;
+        {
+          // --precision bf16: forward and loss under autocast; backward outside it, as PyTorch
+          // recommends (its vjps compute in the dtypes the forward used).
+          autocast region(dev_, DType::BFloat16, cfg_.autocast());
+          l = loss(*fwd, x[k], y[k]);
+        }
         (n > 1 ? div(l, double(n)) : l).backward();
         Tensor d = l.detach();
         total = total.defined() ? add(total, d) : d;

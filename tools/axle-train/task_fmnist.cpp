@@ -89,7 +89,7 @@ class FmnistTask : public Task {
     j["test_accuracy"] = test_accuracy_;
     j["samples_per_second"] = rate;
     return ordered(j, {"pattern", "device", "model", "parameters", "world_size", "epochs", "steps", "batch_size",
-                       "optimizer", "lr", "momentum", "seed", "threads", "final_loss", "losses", "restored_losses",
+                       "precision", "optimizer", "lr", "momentum", "seed", "threads", "final_loss", "losses", "restored_losses",
                        "test_accuracy", "train_seconds", "epoch_seconds", "data_load_seconds", "median_step_ms",
                        "step_ms", "samples_per_second"});
   }
@@ -146,6 +146,7 @@ double FmnistTask::evaluate() const {
   const Device dev = strategy_->device();
   model.eval();
   NoGradGuard no_grad;
+  autocast region(dev, DType::BFloat16, cfg_.autocast());  // evaluated as trained
   data::DataLoader loader(test_set_, {.batch_size = 1000});
   int64_t correct = 0, total = 0;
   for (const data::Example& b : loader) {

@@ -221,6 +221,7 @@ double GptTask::evaluate_val() {
   const Device dev = strategy_->device();
   net->eval();
   NoGradGuard no_grad;
+  autocast region(dev, DType::BFloat16, cfg_.autocast());  // evaluated as trained
   val_loader_->set_epoch(0);
   Tensor total;
   int64_t n = 0;
@@ -318,7 +319,7 @@ nlohmann::ordered_json GptTask::report(nlohmann::ordered_json j, double rate, co
   j["tokens_per_second"] = rate;
   j["samples_per_second"] = j.at("train_seconds").get<double>() > 0 ? rate / double(cfg_.block_size) : 0.0;  // windows/s
   return ordered(j, {"pattern", "device", "model", "parameters", "gpt", "data", "train_tokens", "world_size", "epochs",
-                     "steps_per_epoch", "steps", "batch_size", "accum_steps", "optimizer", "lr", "min_lr",
+                     "steps_per_epoch", "steps", "batch_size", "accum_steps", "precision", "optimizer", "lr", "min_lr",
                      "warmup_steps", "weight_decay", "betas", "grad_clip", "momentum", "seed", "threads",
                      "final_loss", "losses", "restored_losses", "learning_rates", "grad_norms", "val_steps",
                      "val_losses", "val_loss", "test_accuracy", "sample", "prompt", "train_seconds",

@@ -87,6 +87,7 @@ void Trainer::setup() {
   strategy_->wrap(model_, task_.wrap_policy());
   std::string opt_desc;
   opt_ = task_.make_optimizer(*strategy_, opt_desc);
+  if (cfg_.autocast()) opt_desc += ", bf16 autocast (fp32 parameters and optimizer state)";
   loader_ = &task_.make_loader(proc_);
   strategy_->attach(*loader_);
   task_.print_header(proc_, *strategy_, num_parameters_, opt_desc, load_s_);
@@ -195,9 +196,9 @@ void Trainer::report() {
   // Units per second of the whole job (every rank trains on its own shard).
   const double rate = train_seconds_ > 0 ? double(units_) * proc_.world / train_seconds_ : 0;
   const double final_loss = st_.losses.empty() ? 0 : st_.losses.back();
-  std::printf("result: %lld steps, final loss %.4f, %s, train %.2f s, median step %.2f ms, %.0f %s/s\n",
+  std::printf("result: %lld steps, final loss %.4f, %s, train %.2f s, median step %.2f ms, %.0f %s/s, precision %s\n",
               static_cast<long long>(st_.steps), final_loss, task_.result_figure().c_str(), train_seconds_, med, rate,
-              task_.rate_unit());
+              task_.rate_unit(), cfg_.precision.c_str());
   std::fflush(stdout);
   if (cfg_.json.empty()) return;
   const DeviceMemory memory = report_memory(*opt_, peaks_, strategy_->device(), strategy_->layout(), proc_.world);
@@ -211,6 +212,7 @@ void Trainer::report() {
   j["epochs"] = cfg_.epochs;
   j["steps"] = st_.steps;
   j["batch_size"] = cfg_.batch_size;
+  j["precision"] = cfg_.precision;
   j["optimizer"] = cfg_.optimizer;
   j["lr"] = cfg_.lr;
   j["momentum"] = cfg_.momentum;
