@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <optional>
 #include <string>
 #include <thread>
@@ -253,4 +254,39 @@ TEST(Autocast, TrainMlpBf16TracksFp32) {
   EXPECT_NE(lf, lb);  // bf16 did change the arithmetic
   for (size_t i = 0; i < lf.size(); ++i) EXPECT_NEAR(lb[i], lf[i], 0.03 * lf[i]) << "step " << i;
   EXPECT_LT(lb.back(), lb.front());
+}
+
+// --precision bf16 under the other patterns (the multi-process ones, SPMD, FSDP v1 and v2,
+// eager cpu) and with the gpt: each trains, stays finite and says so in its JSON.
+TEST(Autocast, TrainBf16EveryPattern) {
+  if (!have_real_data()) GTEST_SKIP() << "dataset-fashion-mnist is not installed";
+  TempDir d;
+  for (const std::string args : {"--device cpu", "--pattern compiled", "--pattern ddp --devices 2",
+                                 "--pattern spmd --devices 2", "--pattern fsdp --devices 2",
+                                 "--pattern fsdp-spmd --devices 2"}) {
+    const std::string json = d / "p.json";
+    const Result r = run_train("--model mlp --max-steps 8 --threads 1 --batch-size 32 --precision bf16 " + args +
+                               " --json '" + json + "'");
+    ASSERT_EQ(r.status, 0) << args << ": " << r.err;
+    const nlohmann::json j = nlohmann::json::parse(slurp(json));
+    EXPECT_EQ(j.at("precision"), "bf16") << args;
+    for (double l : j.at("losses").get<std::vector<double>>()) EXPECT_TRUE(std::isfinite(l) && l > 0) << args;
+    EXPECT_GT(j.at("test_accuracy").get<double>(), 0.15) << args;  // 10 classes: chance is 0.1
+  }
+}
+
+TEST(Autocast, TrainGptBf16) {
+  const std::string text = "/usr/share/games/fortunes";
+  if (!std::filesystem::exists(text)) GTEST_SKIP() << "needs " << text;
+  TempDir d;
+  const std::string json = d / "g.json";
+  const Result r = run_train("--model gpt --max-steps 6 --threads 1 --batch-size 4 --n-layer 1 --n-embd 32 "
+                             "--block-size 32 --eval-iters 2 --dropout 0 --precision bf16 --json '" + json + "'");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(slurp(json));
+  EXPECT_EQ(j.at("precision"), "bf16");
+  const auto losses = j.at("losses").get<std::vector<double>>();
+  ASSERT_EQ(losses.size(), 6u);
+  EXPECT_NEAR(losses[0], std::log(double(j.at("gpt").at("vocab_size").get<int64_t>())), 0.5);  // uniform at the start
+  EXPECT_TRUE(std::isfinite(j.at("val_loss").get<double>()));
 }

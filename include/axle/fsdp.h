@@ -82,7 +82,8 @@ struct XlaFullyShardedDataParallelOptions {
   bool optimization_barrier_in_backward = true;
   /// Parameters are gathered and computed in this dtype (shards, gradients and optimizer
   /// state stay float32); buffers are cast to buffer_dtype. nullopt: unchanged.
-  /// Not supported by v1 (the cpu kernels compute in float32): setting either is an error.
+  /// Not supported by v1 yet (the bf16 all-gather and the reduce-scatter into float32 shards are
+  /// missing): setting either is an error; run the forward under axle::autocast instead.
   std::optional<DType> compute_dtype{};
   std::optional<DType> buffer_dtype{};
   /// Pads each shard to a multiple of this (torch_xla: 128, a TPU all-gather detail; 1 on CPU).
