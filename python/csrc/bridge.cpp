@@ -84,10 +84,11 @@ axle::DType to_axle_dtype(at::ScalarType t, const char* op) {
     case at::kInt: return axle::kInt32;
     case at::kBool: return axle::kBool;
     case at::kByte: return axle::kUInt8;
+    case at::kBFloat16: return axle::kBFloat16;
     default: break;
   }
   TORCH_CHECK_TYPE(false, "[", op, "] dtype ", c10::toString(t),
-                   " is not supported on the xla device (axle): expected float32, int64, int32, bool or uint8");
+                   " is not supported on the xla device (axle): expected float32, bfloat16, int64, int32, bool or uint8");
 }
 
 at::ScalarType to_torch_dtype(axle::DType t) {

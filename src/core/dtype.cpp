@@ -47,7 +47,10 @@ static int rank(DType t) {
   return 0;
 }
 
-DType promote(DType a, DType b) { return rank(a) >= rank(b) ? a : b; }
+DType promote(DType a, DType b) {
+  if ((a == DType::BFloat16 && b == DType::Float16) || (a == DType::Float16 && b == DType::BFloat16)) return DType::Float32;
+  return rank(a) >= rank(b) ? a : b;
+}
 
 std::ostream& operator<<(std::ostream& os, DType t) { return os << dtype_name(t); }
 

@@ -91,6 +91,7 @@ namespace {
 double load(const char* p, DType t) {
   switch (t) {
     case DType::Float32: return *reinterpret_cast<const float*>(p);
+    case DType::BFloat16: return float(*reinterpret_cast<const bfloat16*>(p));
     case DType::Int64: return double(*reinterpret_cast<const int64_t*>(p));
     case DType::Int32: return *reinterpret_cast<const int32_t*>(p);
     case DType::Bool: return *reinterpret_cast<const uint8_t*>(p) ? 1.0 : 0.0;
@@ -101,6 +102,7 @@ double load(const char* p, DType t) {
 void store(char* p, DType t, double v) {
   switch (t) {
     case DType::Float32: *reinterpret_cast<float*>(p) = float(v); break;
+    case DType::BFloat16: *reinterpret_cast<bfloat16*>(p) = bfloat16(float(v)); break;
     case DType::Int64: *reinterpret_cast<int64_t*>(p) = int64_t(v); break;
     case DType::Int32: *reinterpret_cast<int32_t*>(p) = int32_t(v); break;
     case DType::Bool: *reinterpret_cast<uint8_t*>(p) = v != 0; break;
@@ -114,6 +116,7 @@ template <> constexpr DType dtype_of<int64_t>() { return kInt64; }
 template <> constexpr DType dtype_of<int32_t>() { return kInt32; }
 template <> constexpr DType dtype_of<uint8_t>() { return kUInt8; }
 template <> constexpr DType dtype_of<bool>() { return kBool; }
+template <> constexpr DType dtype_of<bfloat16>() { return kBFloat16; }
 
 // Calls f(element pointer) for each element in logical row-major order.
 template <class F>
@@ -171,6 +174,7 @@ template int64_t* Tensor::data<int64_t>() const;
 template int32_t* Tensor::data<int32_t>() const;
 template uint8_t* Tensor::data<uint8_t>() const;
 template bool* Tensor::data<bool>() const;
+template bfloat16* Tensor::data<bfloat16>() const;
 
 double Tensor::item() const {
   AXLE_DEFINED("item");
@@ -333,6 +337,7 @@ void fill(const Tensor& t, double v) {
   int64_t n = t.numel();
   switch (t.dtype()) {
     case DType::Float32: fill_typed<float>(p, n, v); break;
+    case DType::BFloat16: fill_typed<bfloat16>(p, n, float(v)); break;
     case DType::Int64: fill_typed<int64_t>(p, n, v); break;
     case DType::Int32: fill_typed<int32_t>(p, n, v); break;
     case DType::Bool: fill_typed<uint8_t>(p, n, v != 0); break;
@@ -420,6 +425,16 @@ void philox_fill(float* out, int64_t n, Generator& g, int per_elem_words, F&& f)
   }
 }
 inline float u01(uint32_t x) { return float(x >> 8) * (1.0f / 16777216.0f); }
+// Random values are drawn in float32 (the same stream for every dtype), then rounded.
+Tensor as_dtype(const Tensor& t, DType dt) {
+  if (dt == kFloat32) return t;
+  Tensor r = make_tensor(t.shape(), dt);
+  const float* p = t.data<float>();
+  char* q = r.impl()->data();
+  const size_t isz = itemsize(dt);
+  for (int64_t i = 0; i < t.numel(); ++i) store(q + size_t(i) * isz, dt, p[i]);
+  return r;
+}
 }  // namespace
 
 Tensor uniform(const Shape& shape, double lo, double hi, const TensorOptions& o, Generator* gen) {
@@ -433,7 +448,7 @@ Tensor uniform(const Shape& shape, double lo, double hi, const TensorOptions& o,
       if (i < n) out[i] = a + w * u01(r[k]);
     }
   });
-  return finish(t, o);
+  return finish(as_dtype(t, o.dtype), o);
 }
 
 Tensor rand(const Shape& shape, const TensorOptions& o, Generator* gen) { return uniform(shape, 0.0, 1.0, o, gen); }
@@ -452,7 +467,7 @@ Tensor randn(const Shape& shape, const TensorOptions& o, Generator* gen) {
       if (i + 1 < n) out[i + 1] = rad * std::sin(th);
     }
   });
-  return finish(t, o);
+  return finish(as_dtype(t, o.dtype), o);
 }
 
 Tensor randperm(int64_t n, Generator* gen) {

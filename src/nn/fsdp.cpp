@@ -303,8 +303,9 @@ XlaFullyShardedDataParallel::XlaFullyShardedDataParallel(ModulePtr module, XlaFu
     }
   });
   for (const Taken& tk : taken) {
-    AXLE_CHECK(tk.t.dtype() == kFloat32, me, " only float32 parameters are supported, got ", tk.t.dtype(),
-               " for '", tk.name, "'");
+    AXLE_CHECK((tk.t.dtype() == kFloat32 || tk.t.dtype() == kBFloat16) && tk.t.dtype() == taken[0].t.dtype(), me,
+               " expected float32 or bfloat16 parameters of one dtype (", taken[0].t.dtype(), " for '", taken[0].name,
+               "'), got ", tk.t.dtype(), " for '", tk.name, "'");
     AXLE_CHECK(tk.t.device() == taken[0].t.device(), me, " every parameter must be on one device: '", taken[0].name,
                "' is on ", taken[0].t.device(), ", '", tk.name, "' on ", tk.t.device());
   }

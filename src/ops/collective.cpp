@@ -20,8 +20,8 @@ ReduceOp reduce_attr(int64_t v, const char* op) {
 }
 
 void check_dtype(DType t, ReduceOp r, const char* op) {
-  AXLE_CHECK(t == kFloat32 || t == kInt64 || t == kInt32 || t == kUInt8, "[", op,
-             "] expected a float32, int64, int32 or uint8 tensor, got ", t);
+  AXLE_CHECK(t == kFloat32 || t == kBFloat16 || t == kInt64 || t == kInt32 || t == kUInt8, "[", op,
+             "] expected a float32, bfloat16, int64, int32 or uint8 tensor, got ", t);
   AXLE_CHECK(r != ReduceOp::Mean || is_floating(t), "[", op, "] reduce op mean expects a floating tensor, got ", t);
 }
 

@@ -78,17 +78,17 @@ std::vector<Meta> conv_infer(const Tensors& in, const Attrs& a) {
   const Tensor &x = in[0], &w = in[1];
   AXLE_CHECK(x.dim() == 4, "[conv2d] expected a 4-D input [N, C, H, W], got ", shape_str(x.shape()));
   AXLE_CHECK(w.dim() == 4, "[conv2d] expected a 4-D weight [O, C/groups, kh, kw], got ", shape_str(w.shape()));
-  AXLE_CHECK(x.dtype() == kFloat32 && w.dtype() == kFloat32, "[conv2d] expected float32 input and weight, got ",
+  AXLE_CHECK(same_float(x, w), "[conv2d] expected float32 or bfloat16 input and weight of one dtype, got ",
              x.dtype(), " and ", w.dtype());
   // 7 ints, and the relu field when the compiler fused a relu epilogue (ops.def: FLAG(relu)).
   check_conv_attrs(a, attr::Conv2d::of(a).relu ? 8 : 7, "conv2d");
   ConvGeom q = conv_geom(x.shape(), w.shape(), a, "conv2d");
   if (in.size() > 2 && in[2].defined()) {
-    AXLE_CHECK(in[2].dim() == 1 && in[2].shape()[0] == q.O && in[2].dtype() == kFloat32,
-               "[conv2d] expected a float32 bias of shape [", q.O, "], got ", shape_str(in[2].shape()), " ",
+    AXLE_CHECK(in[2].dim() == 1 && in[2].shape()[0] == q.O && in[2].dtype() == x.dtype(),
+               "[conv2d] expected a bias of the input's dtype of shape [", q.O, "], got ", shape_str(in[2].shape()), " ",
                in[2].dtype());
   }
-  return {{q.dst(), kFloat32}};
+  return {{q.dst(), x.dtype()}};
 }
 
 Tensors conv_vjp(const VjpArgs& v) {
@@ -124,9 +124,9 @@ std::vector<Meta> conv_bwd_input_infer(const Tensors& in, const Attrs& a) {
   ConvGeom q = conv_geom(xs, in[1].shape(), a, "conv2d_backward_input");
   AXLE_CHECK(in[0].shape() == q.dst(), "[conv2d_backward_input] expected grad of shape ", shape_str(q.dst()), ", got ",
              shape_str(in[0].shape()));
-  AXLE_CHECK(in[0].dtype() == kFloat32 && in[1].dtype() == kFloat32,
-             "[conv2d_backward_input] expected float32 tensors, got ", in[0].dtype(), " and ", in[1].dtype());
-  return {{xs, kFloat32}};
+  AXLE_CHECK(same_float(in[0], in[1]),
+             "[conv2d_backward_input] expected float32 or bfloat16 tensors of one dtype, got ", in[0].dtype(), " and ", in[1].dtype());
+  return {{xs, in[0].dtype()}};
 }
 
 std::vector<Meta> conv_bwd_weight_infer(const Tensors& in, const Attrs& a) {
@@ -138,10 +138,10 @@ std::vector<Meta> conv_bwd_weight_infer(const Tensors& in, const Attrs& a) {
   ConvGeom q = conv_geom(in[1].shape(), ws, a, "conv2d_backward_weight");
   AXLE_CHECK(in[0].shape() == q.dst(), "[conv2d_backward_weight] expected grad of shape ", shape_str(q.dst()),
              ", got ", shape_str(in[0].shape()));
-  AXLE_CHECK(in[0].dtype() == kFloat32 && in[1].dtype() == kFloat32,
-             "[conv2d_backward_weight] expected float32 tensors, got ", in[0].dtype(), " and ", in[1].dtype());
-  std::vector<Meta> out{{ws, kFloat32}};
-  if (a.ints[11]) out.push_back({{q.O}, kFloat32});
+  AXLE_CHECK(same_float(in[0], in[1]),
+             "[conv2d_backward_weight] expected float32 or bfloat16 tensors of one dtype, got ", in[0].dtype(), " and ", in[1].dtype());
+  std::vector<Meta> out{{ws, in[0].dtype()}};
+  if (a.ints[11]) out.push_back({{q.O}, in[0].dtype()});
   return out;
 }
 
@@ -153,9 +153,9 @@ std::vector<Meta> convt_infer(const Tensors& in, const Attrs& a) {
   AXLE_CHECK(x.dim() == 4, "[conv_transpose2d] expected a 4-D input [N, C, H, W], got ", shape_str(x.shape()));
   AXLE_CHECK(w.dim() == 4, "[conv_transpose2d] expected a 4-D weight [C, O/groups, kh, kw], got ",
              shape_str(w.shape()));
-  AXLE_CHECK(x.dtype() == kFloat32 && w.dtype() == kFloat32,
-             "[conv_transpose2d] expected float32 input and weight, got ", x.dtype(), " and ", w.dtype());
-  return {{conv_transpose_geom(x.shape(), w.shape(), a, "conv_transpose2d").src(), kFloat32}};
+  AXLE_CHECK(same_float(x, w),
+             "[conv_transpose2d] expected float32 or bfloat16 input and weight of one dtype, got ", x.dtype(), " and ", w.dtype());
+  return {{conv_transpose_geom(x.shape(), w.shape(), a, "conv_transpose2d").src(), x.dtype()}};
 }
 
 // y = conv2d's input gradient of x, so <y, g> = <x, conv2d(g, w)>: the gradient of x is conv2d
@@ -220,8 +220,8 @@ Tensor conv_transpose2d(const Tensor& x, const Tensor& w, const Tensor& b, const
   Tensor y = ops::call1(ops::OpKind::ConvTranspose2d, {x, w}, a);
   if (!b.defined()) return y;
   const int64_t O = y.shape()[1];
-  AXLE_CHECK(b.dim() == 1 && b.shape()[0] == O && b.dtype() == kFloat32,
-             "[conv_transpose2d] expected a float32 bias of shape [", O, "], got ", shape_str(b.shape()), " ",
+  AXLE_CHECK(b.dim() == 1 && b.shape()[0] == O && b.dtype() == y.dtype(),
+             "[conv_transpose2d] expected a bias of the input's dtype of shape [", O, "], got ", shape_str(b.shape()), " ",
              b.dtype());
   return add(y, reshape(b, {1, O, 1, 1}));
 }

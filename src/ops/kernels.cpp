@@ -36,6 +36,10 @@ void register_kernel(DeviceType t, OpKind op, KernelFn fn) {
   table()[size_t(t)][size_t(op)] = fn;
 }
 
+KernelFn registered_kernel(DeviceType t, OpKind op) {
+  return size_t(t) < kNumDeviceTypes && size_t(op) < kNumOps ? table()[size_t(t)][size_t(op)] : nullptr;
+}
+
 bool supports(DeviceType t, OpKind op) {
   ensure_kernels_registered();
   return size_t(t) < kNumDeviceTypes && size_t(op) < kNumOps && table()[size_t(t)][size_t(op)] != nullptr;

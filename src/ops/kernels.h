@@ -27,6 +27,10 @@ bool supports(DeviceType t, OpKind op);
 /// device type when there is none.
 KernelFn kernel(DeviceType t, OpKind op);
 
+/// The kernel registered so far for `op` on `t`, or null; for a backend's registration code,
+/// which may wrap kernels registered before it (it does not trigger registration).
+KernelFn registered_kernel(DeviceType t, OpKind op);
+
 /// Registers every backend's kernels, once: the composition root (src/init/init.cpp) calls
 /// each backend's registration function; supports() and kernel() call this first, so no
 /// caller needs to.

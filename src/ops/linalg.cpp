@@ -16,7 +16,7 @@ std::vector<Meta> matmul_infer(const Tensors& in, const Attrs&) {
   const Tensor &a = in[0], &b = in[1];
   AXLE_CHECK(a.dim() >= 2 && b.dim() >= 2, "[matmul] expected operands of at least 2 dims, got ", a.dim(), "-D and ",
              b.dim(), "-D");
-  AXLE_CHECK(a.dtype() == kFloat32 && b.dtype() == kFloat32, "[matmul] expected float32 operands, got ", a.dtype(),
+  AXLE_CHECK(same_float(a, b), "[matmul] expected float32 or bfloat16 operands of one dtype, got ", a.dtype(),
              " and ", b.dtype());
   AXLE_CHECK(a.shape().back() == b.shape()[size_t(b.dim() - 2)], "[matmul] expected matching inner sizes, got ",
              shape_str(a.shape()), " @ ", shape_str(b.shape()));
@@ -24,7 +24,7 @@ std::vector<Meta> matmul_infer(const Tensors& in, const Attrs&) {
   Shape s = broadcast_shape(ab, bb, "matmul");
   s.push_back(a.shape()[size_t(a.dim() - 2)]);
   s.push_back(b.shape().back());
-  return {{s, kFloat32}};
+  return {{s, a.dtype()}};
 }
 
 Tensors matmul_vjp(const VjpArgs& v) {
@@ -51,17 +51,17 @@ std::vector<Meta> linear_infer(const Tensors& in, const Attrs& a) {
   AXLE_CHECK(w.dim() == 2, "[linear] expected a 2-D weight [out, in], got ", shape_str(w.shape()));
   AXLE_CHECK(x.shape().back() == w.shape()[1], "[linear] expected input features ", w.shape()[1],
              " (weight ", shape_str(w.shape()), "), got input ", shape_str(x.shape()));
-  AXLE_CHECK(x.dtype() == kFloat32 && w.dtype() == kFloat32, "[linear] expected float32 input and weight, got ",
+  AXLE_CHECK(same_float(x, w), "[linear] expected float32 or bfloat16 input and weight of one dtype, got ",
              x.dtype(), " and ", w.dtype());
   if (in.size() > 2 && in[2].defined()) {
     const Tensor& b = in[2];
     AXLE_CHECK(b.dim() == 1 && b.shape()[0] == w.shape()[0], "[linear] expected a bias of shape [", w.shape()[0],
                "], got ", shape_str(b.shape()));
-    AXLE_CHECK(b.dtype() == kFloat32, "[linear] expected a float32 bias, got ", b.dtype());
+    AXLE_CHECK(b.dtype() == x.dtype(), "[linear] expected a ", x.dtype(), " bias (the input's dtype), got ", b.dtype());
   }
   Shape s(x.shape().begin(), x.shape().end() - 1);
   s.push_back(w.shape()[0]);
-  return {{s, kFloat32}};
+  return {{s, x.dtype()}};
 }
 
 Tensors linear_vjp(const VjpArgs& v) {

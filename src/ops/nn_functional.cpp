@@ -116,9 +116,16 @@ Tensor layer_norm(const Tensor& x_in, const Shape& normalized_shape, const Tenso
                ", got ", shape_str(bias.shape()));
   // float32 with weight and bias (the transformers' case): one fused op, one pass over each
   // row. Under SPMD the composite below, whose ops all have sharding rules.
-  if (x.dtype() == kFloat32 && weight.defined() && bias.defined() && weight.dtype() == kFloat32 &&
-      bias.dtype() == kFloat32 && x.numel() > 0 && !dist::detail::spmd_mode())
+  // bfloat16 too (float32 statistics, one rounding of the result, as PyTorch).
+  const bool fused = (x.dtype() == kFloat32 || x.dtype() == kBFloat16) && weight.defined() && bias.defined() &&
+                     weight.dtype() == x.dtype() && bias.dtype() == x.dtype() && x.numel() > 0 &&
+                     !dist::detail::spmd_mode();
+  if (fused)
     return ops::call(ops::OpKind::LayerNorm, {x, weight, bias}, ops::attr::LayerNorm{.dims = k, .eps = eps}.pack())[0];
+  if (x.dtype() == kBFloat16) {  // the composite in float32 on the widened values, then rounded once
+    auto wide = [](const Tensor& t) { return t.defined() && t.dtype() == kBFloat16 ? cast(t, kFloat32) : t; };
+    return cast(layer_norm(cast(x, kFloat32), normalized_shape, wide(weight), wide(bias), eps), kBFloat16);
+  }
   Shape dims;
   for (int64_t d = x.dim() - k; d < x.dim(); ++d) dims.push_back(d);
   Tensor mu = mean(x, dims, true);

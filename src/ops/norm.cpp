@@ -15,7 +15,7 @@ constexpr const char* kBwd = "layer_norm_backward";
 /// Checks x [..., normalized] with `dims` normalized dims against a [normalized] parameter.
 void check_param(const Tensor& x, const Tensor& p, int64_t dims, const char* op, const char* arg) {
   check_defined(p, op, arg);
-  AXLE_CHECK(p.dtype() == kFloat32, "[", op, "] expected a float32 ", arg, ", got ", p.dtype());
+  AXLE_CHECK(is_float_kernel_dtype(p.dtype()), "[", op, "] expected a float32 or bfloat16 ", arg, ", got ", p.dtype());
   const Shape tail(x.shape().end() - dims, x.shape().end());
   AXLE_CHECK(p.shape() == tail, "[", op, "] expected ", arg, " of shape ", shape_str(tail), " (the input's last ",
              dims, " dims), got ", shape_str(p.shape()));
@@ -23,7 +23,7 @@ void check_param(const Tensor& x, const Tensor& p, int64_t dims, const char* op,
 
 void check_x(const Tensor& x, int64_t dims, const char* op) {
   check_defined(x, op, "input");
-  AXLE_CHECK(x.dtype() == kFloat32, "[", op, "] expected a float32 input, got ", x.dtype());
+  AXLE_CHECK(is_float_kernel_dtype(x.dtype()), "[", op, "] expected a float32 or bfloat16 input, got ", x.dtype());
   AXLE_CHECK(dims >= 1 && dims <= x.dim(), "[", op, "] expected 1..", x.dim(), " normalized dims, got ", dims);
 }
 
@@ -36,12 +36,13 @@ std::vector<Meta> fwd_infer(const Tensors& in, const Attrs& a) {
   AXLE_CHECK(in.size() == (at.residual ? 4u : 3u), "[", kFwd, "] expected ", at.residual ? 4 : 3,
              " inputs (x, weight, bias", at.residual ? ", residual)" : ")", ", got ", in.size());
   const Shape stat = layer_norm_stat_shape(in[0].shape(), at.dims);
-  if (!at.residual) return {{in[0].shape(), kFloat32}, {stat, kFloat32}, {stat, kFloat32}};
+  const DType xt = in[0].dtype();  // the statistics stay float32 for a bfloat16 input
+  if (!at.residual) return {{in[0].shape(), xt}, {stat, kFloat32}, {stat, kFloat32}};
   check_defined(in[3], kFwd, "residual");
-  AXLE_CHECK(in[3].shape() == in[0].shape() && in[3].dtype() == kFloat32, "[", kFwd,
-             "] expected a float32 residual of shape ", shape_str(in[0].shape()), ", got ", shape_str(in[3].shape()),
+  AXLE_CHECK(in[3].shape() == in[0].shape() && in[3].dtype() == xt, "[", kFwd,
+             "] expected a residual of the input's dtype of shape ", shape_str(in[0].shape()), ", got ", shape_str(in[3].shape()),
              " ", in[3].dtype());
-  return {{in[0].shape(), kFloat32}, {stat, kFloat32}, {stat, kFloat32}, {in[0].shape(), kFloat32}};
+  return {{in[0].shape(), xt}, {stat, kFloat32}, {stat, kFloat32}, {in[0].shape(), xt}};
 }
 
 Tensors fwd_vjp(const VjpArgs& v) {
@@ -63,8 +64,8 @@ std::vector<Meta> bwd_infer(const Tensors& in, const Attrs& a) {
   check_x(in[1], dims, kBwd);
   check_param(in[1], in[2], dims, kBwd, "weight");
   check_defined(in[0], kBwd, "grad");
-  AXLE_CHECK(in[0].shape() == in[1].shape() && in[0].dtype() == kFloat32, "[", kBwd,
-             "] expected a float32 grad of shape ", shape_str(in[1].shape()), ", got ", shape_str(in[0].shape()), " ",
+  AXLE_CHECK(in[0].shape() == in[1].shape() && in[0].dtype() == in[1].dtype(), "[", kBwd,
+             "] expected a grad of the input's dtype of shape ", shape_str(in[1].shape()), ", got ", shape_str(in[0].shape()), " ",
              in[0].dtype());
   const Shape stat = layer_norm_stat_shape(in[1].shape(), dims);
   for (int k : {3, 4}) {
@@ -75,11 +76,11 @@ std::vector<Meta> bwd_infer(const Tensors& in, const Attrs& a) {
   }
   if (at.residual) {
     check_defined(in[5], kBwd, "residual");
-    AXLE_CHECK(in[5].shape() == in[1].shape() && in[5].dtype() == kFloat32, "[", kBwd,
-               "] expected a float32 residual gradient of shape ", shape_str(in[1].shape()), ", got ",
+    AXLE_CHECK(in[5].shape() == in[1].shape() && in[5].dtype() == in[1].dtype(), "[", kBwd,
+               "] expected a residual gradient of the input's dtype of shape ", shape_str(in[1].shape()), ", got ",
                shape_str(in[5].shape()), " ", in[5].dtype());
   }
-  return {{in[1].shape(), kFloat32}, {in[2].shape(), kFloat32}, {in[2].shape(), kFloat32}};
+  return {{in[1].shape(), in[1].dtype()}, {in[2].shape(), in[2].dtype()}, {in[2].shape(), in[2].dtype()}};
 }
 
 }  // namespace

@@ -89,6 +89,11 @@ DType elementwise_compute_dtype(OpKind k, const std::vector<DType>& in);
 /// FusedElementwise: every (output k, input j) pair where output k may safely be written
 /// over input j (same dtype and size, input not read after k is produced).
 std::vector<std::pair<int64_t, int64_t>> fused_donation_candidates(const Attrs& a);
+/// float32 or bfloat16: the floating dtypes the float kernels take (bfloat16 is stored in 2
+/// bytes and computed in float32); such an op's outputs take its operands' dtype.
+inline bool is_float_kernel_dtype(DType t) { return t == kFloat32 || t == kBFloat16; }
+/// Both float32, or both bfloat16.
+inline bool same_float(const Tensor& a, const Tensor& b) { return is_float_kernel_dtype(a.dtype()) && a.dtype() == b.dtype(); }
 /// Checks a tensor is defined, naming the op and the argument.
 void check_defined(const Tensor& t, const char* op, const char* arg);
 }  // namespace axle::ops

@@ -62,7 +62,7 @@ PoolWindow avg_bwd_window(const Attrs& a) {
 void check_input(const Tensor& x, const char* op) {
   check_defined(x, op, "input");
   AXLE_CHECK(x.dim() == 4, "[", op, "] expected a 4-D input [N, C, H, W], got ", shape_str(x.shape()));
-  AXLE_CHECK(x.dtype() == kFloat32, "[", op, "] expected a float32 input, got ", x.dtype());
+  AXLE_CHECK(is_float_kernel_dtype(x.dtype()), "[", op, "] expected a float32 or bfloat16 input, got ", x.dtype());
 }
 
 // ------------------------------------------------------------------ max
@@ -72,7 +72,7 @@ std::vector<Meta> max_infer(const Tensors& in, const Attrs& a) {
   PoolWindow c = max_window(a);
   PoolGeom g = pool_geom(in[0].shape(), c, "max_pool2d");
   Shape s{g.N, g.C, g.OH, g.OW};
-  return {{s, kFloat32}, {s, ws_dtype(c)}};
+  return {{s, in[0].dtype()}, {s, ws_dtype(c)}};
 }
 Tensors max_vjp(const VjpArgs& v) {
   return {call1(OpKind::MaxPool2dBackward, {v.grad[0], v.in[0], v.out[1]}, v.attrs)};
@@ -90,13 +90,13 @@ std::vector<Meta> max_bwd_infer(const Tensors& in, const Attrs& a) {
   Shape s{g.N, g.C, g.OH, g.OW};
   AXLE_CHECK(in[2].shape() == s && in[2].dtype() == ws_dtype(c), "[max_pool2d_backward] expected a workspace ",
              shape_str(s), " ", ws_dtype(c), " from max_pool2d, got ", shape_str(in[2].shape()), " ", in[2].dtype());
-  AXLE_CHECK(in[0].dtype() == kFloat32, "[max_pool2d_backward] expected a float32 grad, got ", in[0].dtype());
+  AXLE_CHECK(in[0].dtype() == in[1].dtype(), "[max_pool2d_backward] expected a ", in[1].dtype(), " grad (the input's dtype), got ", in[0].dtype());
   if (relu) {
-    AXLE_CHECK(in.size() == 4 && in[3].defined() && in[3].shape() == s && in[3].dtype() == kFloat32,
+    AXLE_CHECK(in.size() == 4 && in[3].defined() && in[3].shape() == s && in[3].dtype() == in[1].dtype(),
                "[max_pool2d_backward] a fused relu backward expects max_pool2d's output ", shape_str(s),
                " float32 as 4th input");
   }
-  return {{in[1].shape(), kFloat32}};
+  return {{in[1].shape(), in[1].dtype()}};
 }
 
 // ------------------------------------------------------------------ avg
@@ -104,7 +104,7 @@ std::vector<Meta> avg_infer(const Tensors& in, const Attrs& a) {
   check_input(in[0], "avg_pool2d");
   AXLE_CHECK(a.ints.size() == 8, "[avg_pool2d] expected 8 int attributes, got ", a.ints.size());
   PoolGeom g = pool_geom(in[0].shape(), avg_window(a), "avg_pool2d");
-  return {{{g.N, g.C, g.OH, g.OW}, kFloat32}};
+  return {{{g.N, g.C, g.OH, g.OW}, in[0].dtype()}};
 }
 Tensors avg_vjp(const VjpArgs& v) {
   Attrs b = v.attrs;
@@ -114,14 +114,14 @@ Tensors avg_vjp(const VjpArgs& v) {
 std::vector<Meta> avg_bwd_infer(const Tensors& in, const Attrs& a) {
   check_defined(in[0], "avg_pool2d_backward", "grad");
   AXLE_CHECK(a.ints.size() == 12, "[avg_pool2d_backward] expected 12 int attributes, got ", a.ints.size());
-  AXLE_CHECK(in[0].dim() == 4 && in[0].dtype() == kFloat32, "[avg_pool2d_backward] expected a 4-D float32 grad, got ",
+  AXLE_CHECK(in[0].dim() == 4 && is_float_kernel_dtype(in[0].dtype()), "[avg_pool2d_backward] expected a 4-D float32 or bfloat16 grad, got ",
              shape_str(in[0].shape()), " ", in[0].dtype());
   const attr::AvgPool2dBackward b = attr::AvgPool2dBackward::of(a);
   const Shape xs{b.n, b.c, b.h, b.w};
   PoolGeom g = pool_geom(xs, avg_bwd_window(a), "avg_pool2d_backward");
   AXLE_CHECK(in[0].shape() == (Shape{g.N, g.C, g.OH, g.OW}), "[avg_pool2d_backward] expected grad of shape ",
              shape_str({g.N, g.C, g.OH, g.OW}), " for input ", shape_str(xs), ", got ", shape_str(in[0].shape()));
-  return {{xs, kFloat32}};
+  return {{xs, in[0].dtype()}};
 }
 
 std::vector<Meta> adaptive_infer(const Tensors& in, const Attrs& a) {
@@ -130,7 +130,7 @@ std::vector<Meta> adaptive_infer(const Tensors& in, const Attrs& a) {
              "[adaptive_avg_pool2d] expected a positive output size (oh, ow), got ", shape_str(a.ints));
   const Shape& s = in[0].shape();
   AXLE_CHECK(s[2] > 0 && s[3] > 0, "[adaptive_avg_pool2d] expected a non-empty spatial size, got ", shape_str(s));
-  return {{{s[0], s[1], a.ints[0], a.ints[1]}, kFloat32}};
+  return {{{s[0], s[1], a.ints[0], a.ints[1]}, in[0].dtype()}};
 }
 
 Tensors adaptive_vjp(const VjpArgs& v) {
@@ -142,11 +142,11 @@ std::vector<Meta> adaptive_bwd_infer(const Tensors& in, const Attrs& a) {
   check_defined(in[0], "adaptive_avg_pool2d_backward", "grad");
   AXLE_CHECK(a.ints.size() == 2 && a.ints[0] > 0 && a.ints[1] > 0,
              "[adaptive_avg_pool2d_backward] expected the input size (H, W), got ", shape_str(a.ints));
-  AXLE_CHECK(in[0].dim() == 4 && in[0].dtype() == kFloat32,
-             "[adaptive_avg_pool2d_backward] expected a 4-D float32 grad, got ", shape_str(in[0].shape()), " ",
+  AXLE_CHECK(in[0].dim() == 4 && is_float_kernel_dtype(in[0].dtype()),
+             "[adaptive_avg_pool2d_backward] expected a 4-D float32 or bfloat16 grad, got ", shape_str(in[0].shape()), " ",
              in[0].dtype());
   const Shape& s = in[0].shape();
-  return {{{s[0], s[1], a.ints[0], a.ints[1]}, kFloat32}};
+  return {{{s[0], s[1], a.ints[0], a.ints[1]}, in[0].dtype()}};
 }
 
 }  // namespace

@@ -43,7 +43,7 @@ std::vector<Meta> reduce_infer(const Tensors& in, const Attrs& a) {
   if constexpr (K == RK::Sum) {
     t = sum_dtype(t);
   } else {
-    AXLE_CHECK(t == kFloat32 || t == kInt64 || t == kInt32 || t == kUInt8 || t == kBool, "[", op,
+    AXLE_CHECK(t == kFloat32 || t == kBFloat16 || t == kInt64 || t == kInt32 || t == kUInt8 || t == kBool, "[", op,
                "] dtype ", t, " is not supported");
     for (size_t i = 0; i < m.size(); ++i)
       AXLE_CHECK(!m[i] || in[0].shape()[i] > 0, "[", op, "] expected a non-empty reduced dim, got size 0 at dim ",
@@ -106,9 +106,9 @@ template <bool Log>
 std::vector<Meta> softmax_infer(const Tensors& in, const Attrs& a) {
   const char* op = Log ? "log_softmax" : "softmax";
   check_defined(in[0], op, "input");
-  AXLE_CHECK(in[0].dtype() == kFloat32, "[", op, "] expected a float32 tensor, got ", in[0].dtype());
+  AXLE_CHECK(is_float_kernel_dtype(in[0].dtype()), "[", op, "] expected a float32 or bfloat16 tensor, got ", in[0].dtype());
   softmax_dim(in[0], a, op);
-  return {{in[0].shape(), kFloat32}};
+  return {{in[0].shape(), in[0].dtype()}};
 }
 
 template <bool Log>
@@ -124,10 +124,10 @@ std::vector<Meta> softmax_bwd_infer(const Tensors& in, const Attrs& a) {
   check_defined(in[1], op, "output");
   AXLE_CHECK(in[0].shape() == in[1].shape(), "[", op, "] expected grad and output of one shape, got ",
              shape_str(in[0].shape()), " and ", shape_str(in[1].shape()));
-  AXLE_CHECK(in[0].dtype() == kFloat32 && in[1].dtype() == kFloat32, "[", op, "] expected float32 tensors, got ",
+  AXLE_CHECK(same_float(in[0], in[1]), "[", op, "] expected float32 or bfloat16 tensors of one dtype, got ",
              in[0].dtype(), " and ", in[1].dtype());
   softmax_dim(in[1], a, op);
-  return {{in[1].shape(), kFloat32}};
+  return {{in[1].shape(), in[1].dtype()}};
 }
 
 // ------------------------------------------------------------------ cumsum / prod / sort
@@ -140,12 +140,12 @@ int64_t along_dim(const Tensor& x, int64_t dim, const char* op) {
   return wrap_dim(dim, x.dim(), op);
 }
 
-/// cumsum and prod: float32 stays float32, integers and bool widen to int64 (as PyTorch).
+/// cumsum and prod: float32 and bfloat16 stay, integers and bool widen to int64 (as PyTorch).
 DType widened_dtype(const Tensor& x, const char* op) {
   const DType t = x.dtype();
-  AXLE_CHECK(t == kFloat32 || t == kInt64 || t == kInt32 || t == kUInt8 || t == kBool, "[", op, "] dtype ", t,
-             " is not supported");
-  return t == kFloat32 ? kFloat32 : kInt64;
+  AXLE_CHECK(t == kFloat32 || t == kBFloat16 || t == kInt64 || t == kInt32 || t == kUInt8 || t == kBool, "[", op,
+             "] dtype ", t, " is not supported");
+  return is_float_kernel_dtype(t) ? t : kInt64;
 }
 
 std::vector<Meta> cumsum_infer(const Tensors& in, const Attrs& a) {
@@ -177,13 +177,13 @@ std::vector<Meta> prod_bwd_infer(const Tensors& in, const Attrs& a) {
   check_defined(in[0], "prod_backward", "grad");
   check_defined(in[1], "prod_backward", "input");
   AXLE_CHECK(!a.ints.empty(), "[prod_backward] expected attributes {keepdim, dims...}");
-  AXLE_CHECK(in[0].dtype() == kFloat32 && in[1].dtype() == kFloat32, "[prod_backward] expected float32 tensors, got ",
+  AXLE_CHECK(same_float(in[0], in[1]), "[prod_backward] expected float32 or bfloat16 tensors of one dtype, got ",
              in[0].dtype(), " and ", in[1].dtype());
   auto m = reduce_mask(in[1].shape(), a.ints, 1, "prod_backward");
   const Shape want = reduced_shape(in[1].shape(), m, a.ints[0] != 0);
   AXLE_CHECK(in[0].shape() == want, "[prod_backward] expected grad of shape ", shape_str(want), ", got ",
              shape_str(in[0].shape()));
-  return {{in[1].shape(), kFloat32}};
+  return {{in[1].shape(), in[1].dtype()}};
 }
 
 std::vector<Meta> sort_infer(const Tensors& in, const Attrs& a) {
@@ -191,7 +191,7 @@ std::vector<Meta> sort_infer(const Tensors& in, const Attrs& a) {
   AXLE_CHECK(a.ints.size() == 2, "[sort] expected attributes {dim, descending}");
   along_dim(in[0], a.ints[0], "sort");
   const DType t = in[0].dtype();
-  AXLE_CHECK(t == kFloat32 || t == kInt64 || t == kInt32 || t == kUInt8 || t == kBool, "[sort] dtype ", t,
+  AXLE_CHECK(t == kFloat32 || t == kBFloat16 || t == kInt64 || t == kInt32 || t == kUInt8 || t == kBool, "[sort] dtype ", t,
              " is not supported");
   return {{in[0].shape(), t}, {in[0].shape(), kInt64}};
 }
@@ -213,7 +213,7 @@ NllGeom nll_check(const Tensor& logp, const Tensor& target, const char* op) {
   check_defined(target, op, "target");
   AXLE_CHECK(logp.dim() >= 2, "[", op, "] expected input of shape [N, C] or [N, C, d...], got ",
              shape_str(logp.shape()));
-  AXLE_CHECK(logp.dtype() == kFloat32, "[", op, "] expected a float32 input, got ", logp.dtype());
+  AXLE_CHECK(is_float_kernel_dtype(logp.dtype()), "[", op, "] expected a float32 or bfloat16 input, got ", logp.dtype());
   AXLE_CHECK(target.dtype() == kInt64 || target.dtype() == kInt32, "[", op,
              "] expected an int64 target of class indices, got ", target.dtype());
   Shape ts = logp.shape();
@@ -236,8 +236,8 @@ Reduction nll_reduction(const Attrs& a, const char* op) {
 std::vector<Meta> nll_infer(const Tensors& in, const Attrs& a) {
   Reduction r = nll_reduction(a, "nll_loss");
   nll_check(in[0], in[1], "nll_loss");
-  if (r != Reduction::None) return {{Shape{}, kFloat32}};
-  return {{in[1].shape(), kFloat32}};
+  if (r != Reduction::None) return {{Shape{}, in[0].dtype()}};
+  return {{in[1].shape(), in[0].dtype()}};
 }
 
 Tensors nll_vjp(const VjpArgs& v) {
@@ -253,7 +253,7 @@ std::vector<Meta> nll_bwd_infer(const Tensors& in, const Attrs& a) {
   const Shape want = r == Reduction::None ? in[1].shape() : Shape{};
   AXLE_CHECK(in[0].shape() == want, "[nll_loss_backward] expected grad of shape ", shape_str(want), ", got ",
              shape_str(in[0].shape()));
-  return {{in[2].shape(), kFloat32}};
+  return {{in[2].shape(), in[2].dtype()}};
 }
 
 }  // namespace

@@ -51,7 +51,7 @@ def generator(name):
 
 
 ST_DTYPE = {torch.float32: "F32", torch.int64: "I64", torch.int32: "I32", torch.bool: "BOOL",
-            torch.uint8: "U8"}
+            torch.uint8: "U8", torch.bfloat16: "BF16"}
 
 
 def write_safetensors(path, tensors, metadata):
@@ -60,7 +60,8 @@ def write_safetensors(path, tensors, metadata):
     header, off, blobs = {"__metadata__": metadata}, 0, []
     for k in names:
         t = tensors[k].detach().contiguous()
-        blob = t.numpy().tobytes() if t.numel() else b""
+        raw = t.view(torch.int16) if t.dtype == torch.bfloat16 else t  # numpy has no bfloat16: its bits
+        blob = raw.numpy().tobytes() if t.numel() else b""
         header[k] = {"dtype": ST_DTYPE[t.dtype], "shape": list(t.shape), "data_offsets": [off, off + len(blob)]}
         off += len(blob)
         blobs.append(blob)

@@ -82,18 +82,37 @@ void copy_into(const Tensor& dst, const Tensor& src) {
 }
 
 namespace {
+// bfloat16 converts through float (exact from bf16; round-to-nearest-even into bf16).
+template <class T> struct Via { using type = T; };
+template <> struct Via<bfloat16> { using type = float; };
+
 template <class To, class From>
 void cast_loop(char** p, const int64_t* s, int64_t n) {
+  using F = typename Via<From>::type;
+  using T = typename Via<To>::type;
+  if constexpr (std::is_same_v<From, bfloat16> || std::is_same_v<To, bfloat16>) {
+    if (s[0] == int64_t(sizeof(To)) && s[1] == int64_t(sizeof(From))) {  // contiguous: vectorisable
+      To* __restrict o = reinterpret_cast<To*>(p[0]);
+      const From* __restrict x = reinterpret_cast<const From*>(p[1]);
+      for (int64_t i = 0; i < n; ++i) {
+        const F v = static_cast<F>(x[i]);
+        if constexpr (std::is_same_v<To, bool>) reinterpret_cast<uint8_t*>(o)[i] = v != F(0);
+        else o[i] = To(static_cast<T>(v));
+      }
+      return;
+    }
+  }
   for (int64_t i = 0; i < n; ++i) {
-    From v = *reinterpret_cast<const From*>(p[1] + i * s[1]);
-    if constexpr (std::is_same_v<To, bool>) *reinterpret_cast<uint8_t*>(p[0] + i * s[0]) = v != From(0);
-    else *reinterpret_cast<To*>(p[0] + i * s[0]) = static_cast<To>(v);
+    const F v = static_cast<F>(*reinterpret_cast<const From*>(p[1] + i * s[1]));
+    if constexpr (std::is_same_v<To, bool>) *reinterpret_cast<uint8_t*>(p[0] + i * s[0]) = v != F(0);
+    else *reinterpret_cast<To*>(p[0] + i * s[0]) = To(static_cast<T>(v));
   }
 }
 template <class To>
 void cast_from(DType from, char** p, const int64_t* s, int64_t n) {
   switch (from) {
     case DType::Float32: cast_loop<To, float>(p, s, n); break;
+    case DType::BFloat16: cast_loop<To, bfloat16>(p, s, n); break;
     case DType::Int64: cast_loop<To, int64_t>(p, s, n); break;
     case DType::Int32: cast_loop<To, int32_t>(p, s, n); break;
     case DType::Bool:
@@ -106,6 +125,7 @@ void cast_from(DType from, char** p, const int64_t* s, int64_t n) {
 void cast_raw(DType from, DType t, char** p, const int64_t* s, int64_t n) {
   switch (t) {
     case DType::Float32: cast_from<float>(from, p, s, n); break;
+    case DType::BFloat16: cast_from<bfloat16>(from, p, s, n); break;
     case DType::Int64: cast_from<int64_t>(from, p, s, n); break;
     case DType::Int32: cast_from<int32_t>(from, p, s, n); break;
     case DType::Bool: cast_from<bool>(from, p, s, n); break;

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "axle/ops.h"
+#include "backend/cpu/bf16.h"
 #include "backend/cpu/kernels/kernels.h"
 #include "backend/cpu/loops.h"
 #include "ops/kernels.h"
@@ -21,6 +22,7 @@ namespace {
 #define AXLE_SWITCH_TYPES(dt, opname, ...)                                             \
   switch (dt) {                                                                        \
     case DType::Float32: { using T = float; __VA_ARGS__; break; }                      \
+    case DType::BFloat16: { using T = bfloat16; __VA_ARGS__; break; }                  \
     case DType::Int64: { using T = int64_t; __VA_ARGS__; break; }                      \
     case DType::Int32: { using T = int32_t; __VA_ARGS__; break; }                      \
     case DType::Bool:                                                                  \
@@ -118,6 +120,54 @@ PointwiseFn math_of(OpKind k) {
   return f;
 }
 
+// bfloat16 operands: each block of kBf16Block elements is widened into float32 on the stack,
+// the op's float32 math runs on it, and its result is rounded back to bf16 (a compare writes
+// its bools directly). So each op rounds once, as PyTorch's bf16 kernels do, and the fused
+// kernel's tiles give the same bits as the eager loops.
+constexpr int64_t kBf16Block = 256;
+
+void widen_run(const char* p, int64_t s, int64_t n, float* out) {
+  if (s == 2) return widen_bf16(reinterpret_cast<const bfloat16*>(p), out, n);
+  for (int64_t i = 0; i < n; ++i) out[i] = float(*reinterpret_cast<const bfloat16*>(p + i * s));
+}
+
+void pointwise_bf16(OpKind k, char** p, const int64_t* s, int64_t n, const Attrs& a) {
+  const PointwiseFn f = math_of(k);
+  const bool cmp = op_info(k).has(kCompare);
+  const int nin = op_info(k).has(kUnary) ? 1 : 2;
+  alignas(64) float buf[3][kBf16Block];
+  for (int64_t b = 0; b < n; b += kBf16Block) {
+    const int64_t m = std::min(kBf16Block, n - b);
+    char* q[3];
+    int64_t qs[3];
+    for (int j = 1; j <= nin; ++j) {
+      if (s[j] == 0) {
+        buf[j][0] = float(*reinterpret_cast<const bfloat16*>(p[j]));
+        qs[j] = 0;
+      } else {
+        widen_run(p[j] + b * s[j], s[j], m, buf[j]);
+        qs[j] = 4;
+      }
+      q[j] = reinterpret_cast<char*>(buf[j]);
+    }
+    if (cmp) {
+      q[0] = p[0] + b * s[0];
+      qs[0] = s[0];
+      f(DType::Float32, q, qs, m, a);
+      continue;
+    }
+    q[0] = reinterpret_cast<char*>(buf[0]);
+    qs[0] = 4;
+    f(DType::Float32, q, qs, m, a);
+    char* o = p[0] + b * s[0];
+    if (s[0] == 2) {
+      round_bf16(buf[0], reinterpret_cast<bfloat16*>(o), m);
+    } else {
+      for (int64_t i = 0; i < m; ++i) *reinterpret_cast<bfloat16*>(o + i * s[0]) = bfloat16(buf[0][i]);
+    }
+  }
+}
+
 template <OpKind K>
 Tensors unary_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>& m) {
   Tensor x = in[0].dtype() == m[0].dtype ? in[0] : cpu::cast_cpu(in[0], m[0].dtype);
@@ -125,7 +175,8 @@ Tensors unary_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>& m)
   cpu::TensorIter it(out, {&x});
   const PointwiseFn f = math_of(K);
   const DType ct = m[0].dtype;
-  it.run([f, ct, &a](char** p, const int64_t* s, int64_t n) { f(ct, p, s, n, a); });
+  if (ct == DType::BFloat16) it.run([&a](char** p, const int64_t* s, int64_t n) { pointwise_bf16(K, p, s, n, a); });
+  else it.run([f, ct, &a](char** p, const int64_t* s, int64_t n) { f(ct, p, s, n, a); });
   return {out};
 }
 
@@ -137,7 +188,8 @@ Tensors binary_cpu(const Tensors& in, const Attrs& attrs, const std::vector<Meta
   Tensor out = cpu::empty_like_dense(m[0].shape, m[0].dtype, {&a, &b});
   cpu::TensorIter it(out, {&a, &b});
   const PointwiseFn f = math_of(K);
-  it.run([f, ct, &attrs](char** p, const int64_t* s, int64_t n) { f(ct, p, s, n, attrs); });
+  if (ct == DType::BFloat16) it.run([&attrs](char** p, const int64_t* s, int64_t n) { pointwise_bf16(K, p, s, n, attrs); });
+  else it.run([f, ct, &attrs](char** p, const int64_t* s, int64_t n) { f(ct, p, s, n, attrs); });
   return {out};
 }
 
@@ -179,6 +231,8 @@ void elementwise_raw(OpKind k, DType ct, char** p, const int64_t* s, int64_t n, 
     AXLE_SWITCH_TYPES(ct, "where", where_typed<T>(ex));
   } else if (k == OpKind::Cast) {
     AXLE_FAIL("[fused] internal: casts run through cpu::cast_raw");
+  } else if (ct == DType::BFloat16) {
+    pointwise_bf16(k, p, s, n, a);
   } else {
     math_of(k)(ct, p, s, n, a);
   }

@@ -166,6 +166,7 @@ Tensors gather_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>& m
   if (out.numel() == 0) return {out};
   switch (x.dtype()) {
     case DType::Float32: gather_typed<float>(x, idx, out, d); break;
+    case DType::BFloat16: gather_typed<bfloat16>(x, idx, out, d); break;
     case DType::Int64: gather_typed<int64_t>(x, idx, out, d); break;
     case DType::Int32: gather_typed<int32_t>(x, idx, out, d); break;
     case DType::Bool:

@@ -26,5 +26,7 @@ void register_cpu_fused_kernels();
 void register_cpu_collective_kernels();
 void register_cpu_spmd_kernels();
 void register_cpu_barrier_kernels();
+/// Gives every kernel that computes in float32 only a bfloat16 path (kernels/bf16.cpp).
+void register_cpu_bf16_kernels();
 
 }  // namespace axle::cpu

@@ -80,7 +80,7 @@ bool foldable(const Tensor& a) {
   return true;
 }
 
-// out (contiguous, float32) = a @ b (+ bias [N], broadcast over rows), then relu if `relu` (a oneDNN
+// out (contiguous, a's dtype: float32, or bfloat16 with float32 accumulation) = a @ b (+ bias [N], broadcast over rows), then relu if `relu` (a oneDNN
 // post-op: the epilogue the compiler fuses into linear). a [..., M, K], b [..., K, N] with batch
 // dims broadcasting to out's; K > 0 and out non-empty.
 void matmul_into(Tensor a, Tensor b, const Tensor& bias, const Tensor& out, bool relu = false) {
@@ -130,15 +130,15 @@ void matmul_into(Tensor a, Tensor b, const Tensor& bias, const Tensor& out, bool
   }
   dg::Key key("matmul");
   key << oa.dims << oa.strides << ob.dims << ob.strides << out.shape() << int64_t(bias.defined())
-      << bias_strides << int64_t(relu);
+      << bias_strides << int64_t(relu) << int64_t(a.dtype()) << int64_t(bias.defined() ? bias.dtype() : a.dtype());
   auto e = dg::cached<MatmulEntry>(key, [&] {
     auto e = std::make_shared<MatmulEntry>();
-    e->a = dg::strided_desc(oa.dims, oa.strides, kFloat32);
-    e->b = dg::strided_desc(ob.dims, ob.strides, kFloat32);
-    e->dst = dg::strided_desc(out.shape(), contiguous_strides(out.shape()), kFloat32);
+    e->a = dg::strided_desc(oa.dims, oa.strides, a.dtype());
+    e->b = dg::strided_desc(ob.dims, ob.strides, b.dtype());
+    e->dst = dg::strided_desc(out.shape(), contiguous_strides(out.shape()), out.dtype());
     std::optional<dnnl::matmul::desc> d;
     if (bias.defined()) {
-      e->bias = dg::strided_desc(bias_dims, bias_strides, kFloat32);
+      e->bias = dg::strided_desc(bias_dims, bias_strides, bias.dtype());
       d.emplace(e->a, e->b, e->bias, e->dst);
     } else {
       d.emplace(e->a, e->b, e->dst);
@@ -182,7 +182,7 @@ void fill_bias_or_zero(const Tensor& out, const Tensor& bias) {
 }
 
 Tensors matmul_cpu(const Tensors& in, const Attrs&, const std::vector<Meta>& m) {
-  Tensor out = make_tensor(m[0].shape, kFloat32);
+  Tensor out = make_tensor(m[0].shape, m[0].dtype);
   if (out.numel() == 0) return {out};
   if (in[0].shape().back() == 0) {
     fill_bias_or_zero(out, {});
@@ -198,7 +198,7 @@ Tensors linear_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>& m
   const Tensor& w = in[1];
   Tensor bias = in.size() > 2 ? in[2] : Tensor();
   const int64_t I = w.shape()[1], O = w.shape()[0];
-  Tensor out = make_tensor(m[0].shape, kFloat32);
+  Tensor out = make_tensor(m[0].shape, m[0].dtype);
   if (out.numel() == 0) return {out};
   const int64_t rows = out.numel() / O;
   Tensor out2 = make_view(out, {rows, O}, {O, 1}, 0);

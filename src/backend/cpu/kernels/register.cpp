@@ -17,6 +17,7 @@ void register_cpu_kernels() {
   register_cpu_collective_kernels();
   register_cpu_spmd_kernels();
   register_cpu_barrier_kernels();
+  register_cpu_bf16_kernels();  // last: wraps the float32-only kernels registered above
 }
 
 }  // namespace axle::cpu

@@ -1,0 +1,454 @@
+// bfloat16 as a dtype (issue 27): the conversion, promotion, factories, element access, the
+// cast both ways (eager and lazy), the op rows against PyTorch 2.15 computed in bf16
+// (tests/golden/ops_bf16.py -> tests/data/golden_ops_bf16.safetensors) on cpu and xla under
+// both compute paths (native oneDNN bf16 and float32 on bf16 storage), gradients by finite
+// differences, serialization round trips, and the errors of ops that take no bf16.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <random>
+
+#include "axle/axle.h"
+#include "backend/cpu/bf16.h"
+#include "golden_ops.h"
+#include "test_util.h"
+
+namespace {
+using namespace axle;
+using axle::golden::In;
+using axle::golden::Out;
+
+// The rows cast their floating inputs with b(). Reference mode: the same rounding of the inputs,
+// then float32 throughout (a plain reference of what each bf16 op rounds once).
+bool g_reference = false;
+Tensor b(const Tensor& x) { return g_reference ? x.to(kBFloat16).to(kFloat32) : x.to(kBFloat16); }
+
+// The bf16 nearest to f by exact arithmetic in double: the two bf16 neighbours of f, the
+// closer one, a tie to the one with an even last bit; NaN to a NaN, out of range to +-inf.
+uint16_t reference_round(float f) {
+  if (std::isnan(f)) return 0x7fc0;
+  const uint32_t u = std::bit_cast<uint32_t>(f);
+  const uint16_t lo = uint16_t(u >> 16), hi = uint16_t(lo + 1);
+  if ((u & 0xffffu) == 0) return lo;
+  const double vlo = double(std::bit_cast<float>(uint32_t(lo) << 16));
+  const double vhi = (hi & 0x7fffu) == 0x7f80u ? std::copysign(std::ldexp(1.0, 128), double(f))
+                                                 : double(std::bit_cast<float>(uint32_t(hi) << 16));
+  const double dlo = std::abs(double(f) - vlo), dhi = std::abs(vhi - double(f));
+  if (dlo < dhi) return lo;
+  if (dhi < dlo) return hi;
+  return (lo & 1) ? hi : lo;
+}
+
+TEST(Bf16Convert, RoundsToNearestEvenAsExactArithmetic) {
+  std::mt19937 rng(7);
+  for (int i = 0; i < 200000; ++i) {
+    const float f = std::bit_cast<float>(uint32_t(rng()));
+    if (std::isnan(f)) continue;
+    ASSERT_EQ(bfloat16::round_bits(f), reference_round(f)) << "bits " << std::hex << std::bit_cast<uint32_t>(f);
+  }
+  // Ties: 1 + 2^-8 is halfway between 1 and 1 + 2^-7 (to even: 1); 1 + 3 * 2^-8 to 1 + 2^-6.
+  EXPECT_EQ(bfloat16::round_bits(1.00390625f), 0x3f80);
+  EXPECT_EQ(bfloat16::round_bits(1.01171875f), 0x3f82);
+  EXPECT_EQ(bfloat16::round_bits(std::numeric_limits<float>::max()), 0x7f80);  // overflows to inf
+  EXPECT_EQ(bfloat16::round_bits(-std::numeric_limits<float>::infinity()), 0xff80);
+  EXPECT_EQ(bfloat16::round_bits(1e-40f), reference_round(1e-40f));  // subnormals round too
+}
+
+TEST(Bf16Convert, KeepsNaNAndEveryBf16ValueExactly) {
+  const float nans[] = {std::numeric_limits<float>::quiet_NaN(), std::bit_cast<float>(0x7f800001u),
+                        std::bit_cast<float>(0xffffffffu), std::bit_cast<float>(0x7fffffffu)};
+  for (float n : nans) {
+    const uint16_t r = bfloat16::round_bits(n);
+    EXPECT_TRUE(std::isnan(bfloat16::to_float(r))) << std::hex << std::bit_cast<uint32_t>(n) << " -> " << r;
+    EXPECT_EQ(r & 0x8000, (std::bit_cast<uint32_t>(n) >> 16) & 0x8000) << "sign kept";
+  }
+  for (uint32_t v = 0; v < 0x10000; ++v) {
+    const float f = bfloat16::to_float(uint16_t(v));
+    if (std::isnan(f)) continue;
+    ASSERT_EQ(bfloat16::round_bits(f), v);
+  }
+}
+
+TEST(Bf16DType, PromotesAsPyTorch) {
+  EXPECT_EQ(promote(kBFloat16, kFloat32), kFloat32);
+  EXPECT_EQ(promote(kFloat32, kBFloat16), kFloat32);
+  EXPECT_EQ(promote(kBFloat16, kInt64), kBFloat16);
+  EXPECT_EQ(promote(kInt32, kBFloat16), kBFloat16);
+  EXPECT_EQ(promote(kBool, kBFloat16), kBFloat16);
+  EXPECT_EQ(promote(kBFloat16, kBFloat16), kBFloat16);
+  EXPECT_EQ(promote(kBFloat16, DType::Float16), kFloat32);
+  EXPECT_EQ(itemsize(kBFloat16), 2u);
+  EXPECT_STREQ(dtype_name(kBFloat16), "bfloat16");
+  EXPECT_TRUE(is_floating(kBFloat16));
+  // Through the ops: a bf16 tensor with a float32 one is float32; with an int64 one, bf16.
+  Tensor x = ones({3}, {.dtype = kBFloat16});
+  EXPECT_EQ(add(x, ones({3})).dtype(), kFloat32);
+  EXPECT_EQ(add(x, ones({3}, {.dtype = kInt64})).dtype(), kBFloat16);
+  EXPECT_EQ(mul(x, 3.0).dtype(), kBFloat16);
+  EXPECT_EQ(lt(x, x).dtype(), kBool);
+}
+
+TEST(Bf16Tensor, FactoriesItemAndPrinting) {
+  const TensorOptions o{.dtype = kBFloat16};
+  EXPECT_EQ(zeros({2, 3}, o).dtype(), kBFloat16);
+  EXPECT_EQ(ones({2}, o).to_vector<float>(), (std::vector<float>{1, 1}));
+  EXPECT_EQ(full({2}, 1.00390625, o).to_vector<float>(), (std::vector<float>{1, 1}));  // rounded (a tie to even)
+  EXPECT_EQ(full({1}, 3.14159, o).item<float>(), 3.140625f);
+  EXPECT_EQ(arange(0, 5, 1, o).to_vector<float>(), (std::vector<float>{0, 1, 2, 3, 4}));
+  EXPECT_EQ(arange(250, 262, 3, o).to_vector<float>(), (std::vector<float>{250, 253, 256, 260}));  // 259 -> 260
+  Generator g1(5), g2(5);
+  Tensor r = randn({64}, o, &g1), r32 = randn({64}, {}, &g2);
+  ASSERT_EQ(r.dtype(), kBFloat16);
+  const std::vector<float> rv = r.to_vector<float>(), r32v = r32.to_vector<float>();
+  for (size_t i = 0; i < rv.size(); ++i) EXPECT_EQ(rv[i], bfloat16::to_float(bfloat16::round_bits(r32v[i])));
+  Tensor u = rand({1000}, o);
+  for (float v : u.to_vector<float>()) EXPECT_TRUE(v >= 0.0f && v <= 1.0f);
+  const bfloat16* p = r.data<bfloat16>();
+  EXPECT_EQ(float(p[3]), rv[3]);
+  EXPECT_NE(full({2}, 1.5, o).str().find("dtype=bfloat16"), std::string::npos);
+  EXPECT_NE(full({2}, 1.5, o).str().find("1.5000"), std::string::npos);
+  EXPECT_NE(test::error_of([&] { r.data<float>(); }).find("expected dtype float32, got bfloat16"), std::string::npos);
+}
+
+std::vector<uint16_t> bits(const Tensor& t) {
+  Tensor c = t.cpu().contiguous();
+  EXPECT_EQ(c.dtype(), kBFloat16);
+  const bfloat16* p = c.data<bfloat16>();
+  std::vector<uint16_t> v(size_t(c.numel()));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = p[i].bits;
+  return v;
+}
+
+TEST(Bf16Cast, BothWaysEagerAndLazy) {
+  std::vector<float> v{0.1f, -2.7182817f, 1e-40f, 3.0e38f, 65504.0f, 1.00390625f, -0.0f};
+  v.push_back(std::numeric_limits<float>::quiet_NaN());
+  v.push_back(std::numeric_limits<float>::infinity());
+  Tensor x = from_vector(v, {int64_t(v.size())});
+  const std::vector<uint16_t> eager = bits(b(x));
+  for (size_t i = 0; i < v.size(); ++i) EXPECT_EQ(eager[i], reference_round(v[i])) << "value " << v[i];
+  const std::vector<uint16_t> lazy = bits(b(x.to(device())));
+  EXPECT_EQ(lazy, eager);
+  // Back to float32: exact; to int64 and bool as PyTorch (truncation; nonzero).
+  Tensor y = b(x).to(kFloat32);
+  const std::vector<float> yv = y.to_vector<float>();
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (!std::isnan(v[i])) {
+      EXPECT_EQ(yv[i], bfloat16::to_float(eager[i]));
+    }
+  }
+  EXPECT_EQ(b(from_vector(std::vector<float>{2.75f, -3.5f}, {2})).to(kInt64).to_vector<int64_t>(),
+            (std::vector<int64_t>{2, -3}));
+  EXPECT_EQ(b(from_vector(std::vector<float>{0.0f, -0.5f}, {2})).to(kBool).to_vector<uint8_t>(),
+            (std::vector<uint8_t>{0, 1}));
+  EXPECT_EQ(bits(from_vector(std::vector<int64_t>{257, -7}, {2}, {.dtype = kInt64}).to(kBFloat16)),
+            (std::vector<uint16_t>{reference_round(257.0f), reference_round(-7.0f)}));
+  // Non-contiguous, on xla too.
+  Tensor m = randn({6, 5});
+  EXPECT_EQ(bits(b(transpose(m, 0, 1))), bits(b(transpose(m.to(device()), 0, 1))));
+}
+
+// ---------------------------------------------------------------- golden rows (PyTorch in bf16)
+Tensor mk_layer_norm(const In& x) { return layer_norm(b(x[0]), {16}, b(x[1]), b(x[2])); }
+}  // namespace
+
+namespace {
+const std::vector<axle::golden::Row>& Bf16_rows() {
+  static const std::vector<axle::golden::Row> rows{
+  {"cast_to_bf16", [](const In& x) { return Out{b(x[0])}; }},
+  {"cast_roundtrip_f32", [](const In& x) { return Out{b(x[0]).to(kFloat32)}; }},
+  {"cast_to_int64", [](const In& x) { return Out{b(x[0]).to(kInt64)}; }},
+  {"cast_from_int64", [](const In& x) { return Out{x[0].to(kBFloat16)}; }},
+  {"add", [](const In& x) { return Out{add(b(x[0]), b(x[1]))}; }},
+  {"sub_broadcast", [](const In& x) { return Out{sub(b(x[0]), b(x[1]))}; }},
+  {"mul_scalar_add", [](const In& x) { return Out{add(mul(b(x[0]), 0.5), 1.0)}; }},
+  {"div", [](const In& x) { return Out{div(b(x[0]), b(x[1]))}; }},
+  {"add_float32_promotes", [](const In& x) { return Out{add(b(x[0]), x[1])}; }},
+  {"add_int64_stays_bf16", [](const In& x) { return Out{add(b(x[0]), x[1])}; }},
+  {"exp", [](const In& x) { return Out{exp(b(x[0]))}; }},
+  {"log", [](const In& x) { return Out{log(b(x[0]))}; }},
+  {"sqrt", [](const In& x) { return Out{sqrt(b(x[0]))}; }},
+  {"tanh", [](const In& x) { return Out{tanh(b(x[0]))}; }},
+  {"sigmoid", [](const In& x) { return Out{sigmoid(b(x[0]))}; }},
+  {"relu", [](const In& x) { return Out{relu(b(x[0]))}; }},
+  {"gelu", [](const In& x) { return Out{gelu(b(x[0]))}; }},
+  {"gelu_tanh", [](const In& x) { return Out{gelu(b(x[0]), "tanh")}; }},
+  {"silu", [](const In& x) { return Out{silu(b(x[0]))}; }},
+  {"pow_scalar", [](const In& x) { return Out{pow(b(x[0]), 2.0)}; }},
+  {"maximum", [](const In& x) { return Out{maximum(b(x[0]), b(x[1]))}; }},
+  {"lt", [](const In& x) { return Out{lt(b(x[0]), b(x[1]))}; }},
+  {"where", [](const In& x) { return Out{where(gt(x[0], 0.0), b(x[1]), b(x[2]))}; }},
+  {"chain_fused", [](const In& x) { return Out{mul(tanh(add(mul(b(x[0]), b(x[1])), 1.0)), 2.0)}; }},
+  {"sum_all", [](const In& x) { return Out{sum(b(x[0]))}; }},
+  {"sum_dim", [](const In& x) { return Out{sum(b(x[0]), {1})}; }},
+  {"mean_dims", [](const In& x) { return Out{mean(b(x[0]), {0, 2})}; }},
+  {"amax_dim", [](const In& x) { return Out{amax(b(x[0]), {1})}; }},
+  {"softmax", [](const In& x) { return Out{softmax(b(x[0]), -1)}; }},
+  {"log_softmax", [](const In& x) { return Out{log_softmax(b(x[0]), 1)}; }},
+  {"cumsum", [](const In& x) { return Out{cumsum(b(x[0]), 1)}; }},
+  {"layer_norm", [](const In& x) { return Out{mk_layer_norm(x)}; }},
+  {"cross_entropy", [](const In& x) { return Out{cross_entropy(b(x[0]), x[1])}; }},
+  {"nll_loss_sum", [](const In& x) { return Out{nll_loss(log_softmax(b(x[0]), 1), x[1], Reduction::Sum)}; }},
+  {"mse_loss", [](const In& x) { return Out{mse_loss(b(x[0]), b(x[1]))}; }},
+  {"matmul", [](const In& x) { return Out{matmul(b(x[0]), b(x[1]))}; }},
+  {"matmul_batched_transposed", [](const In& x) { return Out{matmul(b(x[0]), transpose(b(x[1]), -1, -2))}; }},
+  {"linear", [](const In& x) { return Out{linear(b(x[0]), b(x[1]), b(x[2]))}; }},
+  {"linear_relu", [](const In& x) { return Out{relu(linear(b(x[0]), b(x[1]), b(x[2])))}; }},
+  {"conv2d", [](const In& x) { return Out{conv2d(b(x[0]), b(x[1]), b(x[2]), {.padding = {1, 1}})}; }},
+  {"max_pool2d", [](const In& x) { return Out{max_pool2d(b(x[0]), {.kernel = {2, 2}})}; }},
+  {"avg_pool2d", [](const In& x) { return Out{avg_pool2d(b(x[0]), {.kernel = {2, 2}})}; }},
+  {"sdpa_causal",
+   [](const In& x) { return Out{scaled_dot_product_attention(b(x[0]), b(x[1]), b(x[2]), {.is_causal = true})}; }},
+  {"embedding", [](const In& x) { return Out{embedding(b(x[0]), x[1])}; }},
+  {"gather", [](const In& x) { return Out{gather(b(x[0]), 1, x[1])}; }},
+  {"cat_transpose", [](const In& x) { return Out{cat({transpose(b(x[0]), 0, 1), b(x[1])}, 0)}; }},
+  };
+  return rows;
+}
+
+// Each row's inputs for the reference check (the shapes of tests/golden/ops_bf16.py).
+Tensor rn(Generator& g, const Shape& s, double scale = 1.0, double shift = 0.0) {
+  return add(mul(randn(s, {}, &g), scale), shift);
+}
+Tensor ri(Generator& g, const Shape& s, int64_t lo, int64_t hi) {
+  int64_t n = 1;
+  for (int64_t d : s) n *= d;
+  std::vector<int64_t> v(static_cast<size_t>(n));
+  for (auto& e : v) e = lo + int64_t(g.next_u64() % uint64_t(hi - lo));
+  return from_vector(v, s, {.dtype = kInt64});
+}
+Tensor rp(Generator& g, const Shape& s) { return add(rand(s, {}, &g), 0.5); }
+
+In inputs_of(const std::string& n, Generator& g) {
+  if (n == "cast_to_bf16") {
+    std::vector<float> v = mul(randn({64}, {}, &g), 100.0).to_vector<float>();
+    for (float e : {1.00390625f, 1.01171875f, -3.0e38f, 1e-40f, INFINITY, NAN}) v.push_back(e);
+    return {from_vector(v, {int64_t(v.size())})};
+  }
+  if (n == "cast_to_int64") return {rn(g, {20}, 50.0)};
+  if (n == "cast_from_int64") return {from_vector(std::vector<int64_t>{0, 1, -7, 255, 257, 1000001, -65535}, {7}, {.dtype = kInt64})};
+  if (n == "cast_roundtrip_f32") return {rn(g, {5, 7})};
+  if (n == "add" || n == "maximum" || n == "lt" || n == "add_float32_promotes") return {rn(g, {4, 5}), rn(g, {4, 5})};
+  if (n == "sub_broadcast") return {rn(g, {3, 4, 5}), rn(g, {5})};
+  if (n == "mul_scalar_add") return {rn(g, {6, 7})};
+  if (n == "div") return {rn(g, {4, 6}), rp(g, {4, 6})};
+  if (n == "add_int64_stays_bf16") return {rn(g, {3, 4}), ri(g, {3, 4}, -3, 4)};
+  if (n == "log" || n == "sqrt") return {rp(g, {5, 6})};
+  if (n == "sigmoid") return {rn(g, {5, 6}, 2.0)};
+  if (n == "exp" || n == "tanh" || n == "relu" || n == "silu" || n == "pow_scalar") return {rn(g, {5, 6})};
+  if (n == "gelu" || n == "gelu_tanh") return {rn(g, {8, 16}, 2.0)};
+  if (n == "where") return {rn(g, {4, 5}), rn(g, {4, 5}), rn(g, {4, 5})};
+  if (n == "chain_fused") return {rn(g, {16, 33}), rn(g, {16, 33})};
+  if (n == "sum_all") return {rn(g, {40, 50})};
+  if (n == "sum_dim") return {rn(g, {6, 300})};
+  if (n == "mean_dims") return {rn(g, {3, 4, 5})};
+  if (n == "amax_dim") return {rn(g, {5, 7})};
+  if (n == "softmax" || n == "log_softmax") return {rn(g, {6, 10}, 3.0)};
+  if (n == "cumsum") return {rn(g, {3, 8})};
+  if (n == "layer_norm") return {rn(g, {4, 5, 16}, 2.0, 1.0), rp(g, {16}), rn(g, {16})};
+  if (n == "cross_entropy") return {rn(g, {8, 10}, 2.0), ri(g, {8}, 0, 10)};
+  if (n == "nll_loss_sum") return {rn(g, {6, 5}), ri(g, {6}, 0, 5)};
+  if (n == "mse_loss") return {rn(g, {6, 7}), rn(g, {6, 7})};
+  if (n == "matmul") return {rn(g, {16, 64}), rn(g, {64, 24})};
+  if (n == "matmul_batched_transposed") return {rn(g, {3, 8, 32}), rn(g, {3, 12, 32})};
+  if (n == "linear") return {rn(g, {2, 5, 48}), rn(g, {20, 48}), rn(g, {20})};
+  if (n == "linear_relu") return {rn(g, {7, 32}), rn(g, {16, 32}), rn(g, {16})};
+  if (n == "conv2d") return {rn(g, {2, 3, 8, 8}), rn(g, {4, 3, 3, 3}), rn(g, {4})};
+  if (n == "max_pool2d" || n == "avg_pool2d") return {rn(g, {2, 3, 6, 6})};
+  if (n == "sdpa_causal") return {rn(g, {2, 3, 8, 16}), rn(g, {2, 3, 8, 16}), rn(g, {2, 3, 8, 16})};
+  if (n == "embedding") return {rn(g, {10, 6}), ri(g, {4, 5}, 0, 10)};
+  if (n == "gather") return {rn(g, {4, 7}), ri(g, {4, 3}, 0, 7)};
+  if (n == "cat_transpose") return {rn(g, {5, 3}), rn(g, {2, 5})};
+  ADD_FAILURE() << "row " << n << " has no inputs here";
+  return {};
+}
+
+// |got - want| <= tol (1 + |want|) (by_max: tol (1 + max |want|), for gradients, where a bf16
+// chain such as tanh's 1 - t^2 cancels), NaN with NaN, infinities equal; integers and bools exact.
+std::string near(const Tensor& got_any, const Tensor& want_any, double tol, bool by_max = false) {
+  const Tensor got = got_any.cpu(), want = want_any.cpu();
+  if (got.shape() != want.shape()) return "shape differs";
+  const bool exact = !is_floating(got.dtype());
+  const std::vector<double> a = got.to_vector<double>(), w = want.to_vector<double>();
+  double mx = 0;
+  for (double e : w)
+    if (std::isfinite(e)) mx = std::max(mx, std::abs(e));
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double scale = 1 + (by_max ? mx : std::abs(w[i]));
+    const bool ok = std::isnan(w[i]) ? std::isnan(a[i])
+                    : std::isinf(w[i]) ? a[i] == w[i]
+                                       : std::abs(a[i] - w[i]) <= (exact ? 0.0 : tol * scale);
+    if (!ok) return "element " + std::to_string(i) + ": got " + std::to_string(a[i]) + ", want " + std::to_string(w[i]);
+  }
+  return "";
+}
+
+// Every row against the plain reference (float32 on the rounded inputs), outputs and the
+// gradients of sum(out * cot), on cpu and xla, under both compute paths.
+TEST(Bf16Rows, MatchTheFloat32ReferenceOnBothPathsCpuAndXla) {
+  for (cpu::Bf16Compute path : {cpu::Bf16Compute::Native, cpu::Bf16Compute::F32}) {
+    const cpu::Bf16Compute old = cpu::set_bf16_compute(path);
+    for (const auto& r : Bf16_rows())
+      for (const char* dev : {"cpu", "xla"}) {
+        SCOPED_TRACE(std::string(cpu::bf16_compute_name(path)) + " " + r.name + " " + dev);
+        Generator g(std::hash<std::string>{}(r.name) & 0xffffff);
+        const In base = inputs_of(r.name, g);
+        auto run = [&](bool reference, std::vector<Tensor>* grads) {
+          g_reference = reference;
+          In in;
+          for (const Tensor& t : base) {
+            Tensor x = t.clone().to(Device(dev));
+            if (is_floating(x.dtype()) && r.name.rfind("cast_to_int64", 0) != 0) x.set_requires_grad(true);
+            in.push_back(x);
+          }
+          Out o = r.fn(in);
+          g_reference = false;
+          Tensor loss;
+          for (size_t j = 0; j < o.size(); ++j) {
+            if (!o[j].requires_grad()) continue;
+            Generator gc(j + 1);
+            Tensor term = sum(mul(o[j].to(kFloat32), randn(o[j].shape(), {}, &gc).to(Device(dev))));
+            loss = loss.defined() ? add(loss, term) : term;
+          }
+          if (loss.defined()) {
+            loss.backward();
+            for (const Tensor& x : in)
+              if (x.requires_grad()) grads->push_back(x.grad().defined() ? x.grad() : zeros_like(x));
+          }
+          return o;
+        };
+        std::vector<Tensor> gb, gr;
+        const Out got = run(false, &gb), want = run(true, &gr);
+        ASSERT_EQ(got.size(), want.size());
+        for (size_t j = 0; j < got.size(); ++j) {
+          const DType wd = want[j].dtype() == kFloat32 && r.name != "add_float32_promotes" && r.name != "cast_roundtrip_f32"
+                               ? kBFloat16 : want[j].dtype();
+          EXPECT_EQ(got[j].dtype(), wd) << "output " << j;
+          const std::string m = near(got[j], want[j], 2e-2);
+          EXPECT_TRUE(m.empty()) << "output " << j << ": " << m;
+        }
+        ASSERT_EQ(gb.size(), gr.size());
+        for (size_t i = 0; i < gb.size(); ++i) {
+          const std::string m = near(gb[i], gr[i], 2e-2, true);
+          EXPECT_TRUE(m.empty()) << "gradient " << i << ": " << m;
+        }
+      }
+    cpu::set_bf16_compute(old);
+  }
+}
+
+TEST(Bf16Paths, DecidedFromTheProcessor) {
+  const std::string s = cpu::bf16_cpu_summary();
+  EXPECT_NE(s.find("oneDNN isa"), std::string::npos) << s;
+  const char* forced = std::getenv("AXLE_BF16_COMPUTE");
+  if (forced && *forced) return;  // the override decides
+  const bool amx = s.find("amx_bf16") != std::string::npos && s.find("amx_tile") != std::string::npos &&
+                   s.find("isa avx512_core_amx") != std::string::npos;
+  EXPECT_EQ(cpu::bf16_compute(), amx ? cpu::Bf16Compute::Native : cpu::Bf16Compute::F32) << s;
+}
+
+// Lazy == eager bit for bit: a fused elementwise chain, a reduction, a GEMM, a norm.
+TEST(Bf16Lazy, EqualsEagerBitForBit) {
+  Generator g(11);
+  Tensor x = randn({32, 48}, {}, &g), w = randn({24, 48}, {}, &g), gam = randn({24}, {}, &g);
+  auto f = [&](const Device& d) {
+    Tensor xb = b(x.to(d)), wb = b(w.to(d)), gb = b(gam.to(d));
+    Tensor h = gelu(add(mul(xb, 0.5), 1.0), "tanh");
+    Tensor y = layer_norm(linear(h, wb), {24}, gb, {});
+    return std::vector<Tensor>{h, y, sum(y, {1}), softmax(y, 1)};
+  };
+  for (cpu::Bf16Compute path : {cpu::Bf16Compute::Native, cpu::Bf16Compute::F32}) {
+    const cpu::Bf16Compute old = cpu::set_bf16_compute(path);
+    const auto e = f(kCPU), l = f(device());
+    for (size_t i = 0; i < e.size(); ++i) EXPECT_EQ(bits(e[i]), bits(l[i])) << "output " << i << " on the "
+                                                                           << cpu::bf16_compute_name(path) << " path";
+    cpu::set_bf16_compute(old);
+  }
+}
+
+// Gradients of bf16 ops against central differences in float32 on the widened values.
+void check_grad(const std::string& what, const std::function<Tensor(const Tensor&)>& f, const Shape& shape,
+                double scale = 1.0) {
+  Generator g(std::hash<std::string>{}(what) & 0xffff);
+  Tensor x = b(mul(randn(shape, {}, &g), scale));  // the bf16 point
+  Tensor y0 = f(x);
+  Tensor cot = randn(y0.shape(), {}, &g);
+  Tensor xg = x.detach();
+  xg.set_requires_grad(true);
+  sum(mul(f(xg), b(cot))).backward();
+  ASSERT_TRUE(xg.grad().defined()) << what;
+  ASSERT_EQ(xg.grad().dtype(), kBFloat16) << what;
+  const std::vector<float> analytic = xg.grad().to_vector<float>();
+  std::vector<float> x32 = x.to_vector<float>();
+  const double eps = 1e-2;
+  auto loss = [&](const std::vector<float>& v) {
+    return sum(mul(f(from_vector(v, shape)), cot)).item<double>();  // float32 throughout
+  };
+  for (size_t i = 0; i < x32.size(); ++i) {
+    std::vector<float> p = x32, m = x32;
+    p[i] += float(eps);
+    m[i] -= float(eps);
+    const double num = (loss(p) - loss(m)) / (2 * eps);
+    EXPECT_NEAR(analytic[i], num, 5e-2 + 5e-2 * std::abs(num)) << what << " element " << i;
+  }
+}
+
+TEST(Bf16Grad, FiniteDifferencesInFloat32) {
+  for (cpu::Bf16Compute path : {cpu::Bf16Compute::Native, cpu::Bf16Compute::F32}) {
+    const cpu::Bf16Compute old = cpu::set_bf16_compute(path);
+    SCOPED_TRACE(cpu::bf16_compute_name(path));
+    check_grad("gelu", [](const Tensor& x) { return gelu(x); }, {3, 5});
+    check_grad("tanh_mul", [](const Tensor& x) { return mul(tanh(x), x); }, {3, 5});
+    check_grad("softmax", [](const Tensor& x) { return softmax(x, 1); }, {3, 6});
+    check_grad("log_softmax", [](const Tensor& x) { return log_softmax(x, 1); }, {3, 6});
+    check_grad("layer_norm", [](const Tensor& x) { return layer_norm(x, {6}); }, {3, 6});
+    check_grad("sum_mean", [](const Tensor& x) { return mean(x, {0}); }, {4, 5});
+    check_grad("matmul", [](const Tensor& x) { return matmul(x, transpose(x, 0, 1)); }, {4, 3}, 0.5);
+    check_grad("linear", [](const Tensor& x) { return linear(x, x, sum(x, {0})); }, {3, 3}, 0.5);
+    check_grad("cross_entropy", [](const Tensor& x) {
+      return cross_entropy(x, from_vector(std::vector<int64_t>{1, 0, 4}, {3}, {.dtype = kInt64}));
+    }, {3, 5});
+    cpu::set_bf16_compute(old);
+  }
+}
+
+TEST(Bf16Serialize, SafetensorsAndCheckpointRoundTripBitForBit) {
+  test::TempDir dir;
+  Tensor x = b(randn({7, 9}));
+  save(x, dir / "x.safetensors");
+  Tensor y = load_tensor(dir / "x.safetensors");
+  EXPECT_EQ(y.dtype(), kBFloat16);
+  EXPECT_EQ(bits(y), bits(x));
+  // The file says BF16 in its header (what PyTorch and safetensors read).
+  EXPECT_NE(test::slurp(dir / "x.safetensors").find("\"BF16\""), std::string::npos);
+  // A model with bf16 parameters through the training checkpoint.
+  auto m = std::make_shared<nn::Linear>(4, 3);
+  m->to(kBFloat16);
+  for (const auto& [k, p] : m->state_dict()) EXPECT_EQ(p.dtype(), kBFloat16) << k;
+  save_checkpoint(dir / "c.safetensors", {.model = m.get()});
+  auto m2 = std::make_shared<nn::Linear>(4, 3);
+  m2->to(kBFloat16);
+  load_checkpoint(dir / "c.safetensors", {.model = m2.get()});
+  const nn::StateDict a = m->state_dict(), c = m2->state_dict();
+  ASSERT_EQ(a.size(), c.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(bits(a[i].second), bits(c[i].second)) << a[i].first;
+}
+
+TEST(Bf16Errors, OpsWithoutBf16NameExpectedAndFound) {
+  Tensor x = b(randn({1, 1, 4, 4}));
+  EXPECT_NE(test::error_of([&] { interpolate(x, {.size = {8, 8}}); }).find("expected a float32 input, got bfloat16"),
+            std::string::npos);
+  const std::string e = test::error_of([&] { matmul(b(randn({2, 3})), randn({3, 2})); });
+  EXPECT_NE(e.find("[matmul] expected float32 or bfloat16 operands of one dtype, got bfloat16 and float32"),
+            std::string::npos) << e;
+  const std::string l = test::error_of([&] { linear(b(randn({2, 3})), randn({4, 3})); });
+  EXPECT_NE(l.find("[linear] expected float32 or bfloat16 input and weight of one dtype, got bfloat16 and float32"),
+            std::string::npos) << l;
+  const std::string n = test::error_of([&] { softmax(b(randn({2, 3})).to(kInt64).to(kUInt8), 0); });
+  EXPECT_EQ(n, "(no error)") << "integers are widened to float32 first, as PyTorch";
+}
+
+}  // namespace
