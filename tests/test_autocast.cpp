@@ -35,7 +35,7 @@ Tensor det_randn(const Shape& s, uint64_t seed) {
 bool have_bf16_kernels() {
   try {
     Tensor y = matmul(cast(ones({2, 2}), kBF16), cast(ones({2, 2}), kBF16));
-    return y.dtype() == kBF16 && cast(y, kFloat32).item() == 2.0f;
+    return y.dtype() == kBF16 && cast(y, kFloat32).contiguous().to_vector<float>()[0] == 2.0f;
   } catch (const Error&) {
     return false;
   }
@@ -140,7 +140,8 @@ TEST_P(AutocastDevices, LowerOpsRunInBf16) {
   // The reference: the same op on inputs rounded to bf16 first, computed in fp32.
   mm_ref = matmul(cast(cast(a, kBF16), kFloat32), cast(cast(b, kBF16), kFloat32));
   settle();
-  for (const Tensor* t : {&mm, &lin, &conv, &att}) EXPECT_EQ(t->dtype(), kBF16);
+  for (const Tensor* t : {&mm, &lin, &conv}) EXPECT_EQ(t->dtype(), kBF16);
+  EXPECT_EQ(att.dtype(), kFloat32);  // float32 until the attention's shape rule takes bf16 (docs/precision.md)
   EXPECT_LT(rel_err(mm, mm_ref), 1e-2);  // the output's own bf16 rounding
   EXPECT_LT(rel_err(lin, linear(a, w, bias)), 3e-2);
   EXPECT_LT(rel_err(conv, conv2d(img, k)), 3e-2);

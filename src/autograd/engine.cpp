@@ -35,6 +35,10 @@ ops::Tensors OpNode::apply(ops::Tensors&& grads) {
     if (g[i].defined() && g[i].shape() != in[i].shape())
       AXLE_FAIL("[backward] internal: vjp of ", ops::op_name(kind), " gave a gradient of shape ",
                 shape_str(g[i].shape()), " for input ", i, " of shape ", shape_str(in[i].shape()));
+    // A gradient takes its input's dtype (PyTorch's engine does the same): a bf16 operand of a
+    // promoting op (add(fp32, bf16) -> fp32 under autocast) gets a bf16 gradient.
+    if (g[i].defined() && g[i].dtype() != in[i].dtype() && is_floating(in[i].dtype()))
+      g[i] = cast(g[i], in[i].dtype());
   }
   released = true;
   in.clear();

@@ -39,7 +39,7 @@ DType autocast::dtype(const Device& device) { return region(device.type).dtype; 
 
 namespace ops {
 
-bool autocast_inputs(AutocastRule rule, DeviceType dev, const Tensors& in, Tensors& out) {
+bool autocast_inputs(OpKind k, AutocastRule rule, DeviceType dev, const Tensors& in, Tensors& out) {
   const Region& r = region(dev);
   if (!r.enabled || rule == AutocastRule::None) return false;
   // Eligible: defined floating tensors on the region's device type (a 0-d cpu scalar joining
@@ -50,7 +50,11 @@ bool autocast_inputs(AutocastRule rule, DeviceType dev, const Tensors& in, Tenso
   DType to = DType::Float32;
   switch (rule) {
     case AutocastRule::None: return false;
-    case AutocastRule::Lower: to = r.dtype; break;
+    case AutocastRule::Lower:
+      // scaled_dot_product_attention's shape rule takes float32 only so far (no bf16 attention
+      // kernel yet): it computes in float32, its AC_LOWER taking effect once it takes bf16.
+      to = k == OpKind::ScaledDotProductAttention ? DType::Float32 : r.dtype;
+      break;
     case AutocastRule::Fp32: to = DType::Float32; break;
     case AutocastRule::Promote: {  // the widest floating input type
       bool any = false;
@@ -75,7 +79,7 @@ bool autocast_inputs(AutocastRule rule, DeviceType dev, const Tensors& in, Tenso
 Tensor autocast_fp32(const Tensor& x) {
   if (!x.defined()) return x;
   Tensors out;
-  return autocast_inputs(AutocastRule::Fp32, x.device().type, {x}, out) ? out[0] : x;
+  return autocast_inputs(OpKind::Cast, AutocastRule::Fp32, x.device().type, {x}, out) ? out[0] : x;
 }
 
 }  // namespace ops

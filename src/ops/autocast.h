@@ -8,7 +8,7 @@ namespace axle::ops {
 
 /// When an autocast region of `dev` is on and `rule` casts some of `in`: fills `out` with the
 /// inputs to run instead (floating tensors on `dev` cast by `cast` ops) and returns true.
-bool autocast_inputs(AutocastRule rule, DeviceType dev, const Tensors& in, Tensors& out);
+bool autocast_inputs(OpKind k, AutocastRule rule, DeviceType dev, const Tensors& in, Tensors& out);
 /// `x` cast to float32 inside an autocast region of its device type (AC_FP32 for a
 /// composite), else `x` itself.
 Tensor autocast_fp32(const Tensor& x);

@@ -120,7 +120,7 @@ Tensors call(OpKind k, const Tensors& in, const Attrs& a) {
   // need no further cast, so the call below takes this branch once.
   if (const AutocastRule rule = autocast_rule(k); rule != AutocastRule::None) [[unlikely]] {
     Tensors cast_in;
-    if (autocast_inputs(rule, dev.type, in, cast_in)) return call(k, cast_in, a);
+    if (autocast_inputs(k, rule, dev.type, in, cast_in)) return call(k, cast_in, a);
   }
   // TraceTime: what an op on the lazy device costs the training loop (shape rule,
   // recording, autograd), reported against the step time by bench/run.
