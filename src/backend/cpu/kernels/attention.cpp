@@ -239,9 +239,9 @@ inline float scale_mask_max(float* r, float scale, int64_t nk) {
   // unconditional, then the mask: a select on a float product stays scalar under -ftrapping-math
   for (int64_t j = 0; j < kBk; ++j) r[j] *= scale;
   std::fill(r + nk, r + kBk, kNegInf);
-  float m8[8];
-  for (int l = 0; l < 8; ++l) m8[l] = r[l];
-  for (int64_t j = 8; j < kBk; j += 8)
+  float m8[8];  // from constants, not from r: copying r's lanes in made the loop wait on a store
+  for (int l = 0; l < 8; ++l) m8[l] = kNegInf;
+  for (int64_t j = 0; j < kBk; j += 8)
     for (int l = 0; l < 8; ++l) m8[l] = m8[l] > r[j + l] ? m8[l] : r[j + l];
   float m = m8[0];
   for (int l = 1; l < 8; ++l) m = m > m8[l] ? m : m8[l];
