@@ -152,6 +152,20 @@ void rows_loop(int64_t n, int64_t work, F&& f) {
   }
 }
 
+/// dst (cols x rows, dense) = src^T (rows x cols, row stride rs), 8 rows at a time: each
+/// column's 8 values are written together (one vector; the reads gather down the rows).
+AXLE_SIMD_CLONES void transpose_into(const float* __restrict src, int64_t rs, float* __restrict dst, int64_t rows,
+                                     int64_t cols) {
+  int64_t r0 = 0;
+  for (; r0 + 8 <= rows; r0 += 8)
+    for (int64_t c = 0; c < cols; ++c) {
+#pragma omp simd
+      for (int64_t k = 0; k < 8; ++k) dst[c * rows + r0 + k] = src[(r0 + k) * rs + c];
+    }
+  for (int64_t r = r0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) dst[c * rows + r] = src[r * rs + c];
+}
+
 /// o's last two dims transposed into a new dense [batch..., cols, rows] operand (oneDNN's fast
 /// batched kernels want a plain row-major right operand: K^T and V^T are made once per call).
 Operand transposed_dense(const Geom& g, const Operand& o, int64_t rows, int64_t cols) {
@@ -160,12 +174,8 @@ Operand transposed_dense(const Geom& g, const Operand& o, int64_t rows, int64_t 
   Tensor t = make_tensor(shape, kFloat32);
   float* d = t.data<float>();
   const int64_t rs = o.strides[o.strides.size() - 2];
-  rows_loop(g.N, g.N * rows * cols, [&](int64_t b) {
-    const float* src = o.p + batch_offset(g, o.strides, b);
-    float* dst = d + b * rows * cols;
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t c = 0; c < cols; ++c) dst[c * rows + r] = src[r * rs + c];
-  });
+  rows_loop(g.N, g.N * rows * cols,
+            [&](int64_t b) { transpose_into(o.p + batch_offset(g, o.strides, b), rs, d + b * rows * cols, rows, cols); });
   return Operand{t, d, t.strides()};
 }
 
@@ -235,7 +245,7 @@ std::vector<Operand> interleaved_outputs(const Shape& shape, int64_t parts, bool
 
 /// Row r (kBk wide) scaled, with -inf from column nk on; returns its max. 8 lanes: the
 /// reduction vectorises without reassociating the compiler could not do itself.
-inline float scale_mask_max(float* r, float scale, int64_t nk) {
+AXLE_SIMD_CLONES float scale_mask_max(float* r, float scale, int64_t nk) {
   // unconditional, then the mask: a select on a float product stays scalar under -ftrapping-math
   for (int64_t j = 0; j < kBk; ++j) r[j] *= scale;
   std::fill(r + nk, r + kBk, kNegInf);
@@ -249,7 +259,7 @@ inline float scale_mask_max(float* r, float scale, int64_t nk) {
 }
 
 /// r[j] = exp(r[j] - mx) over the kBk columns (0 where r is -inf); returns their sum.
-inline float exp_sum(float* r, float mx) {
+AXLE_SIMD_CLONES float exp_sum(float* r, float mx) {
   for (int64_t j = 0; j < kBk; ++j) r[j] = fexp(r[j] - mx);
   float s8[8] = {};
   for (int64_t j = 0; j < kBk; j += 8)
@@ -366,13 +376,13 @@ inline int64_t first_masked(bool causal, int64_t i, int64_t j0, int64_t n) {
 
 /// Row r (kBk wide) of scores becomes P = exp(r * scale - lse), 0 from column nk on (values
 /// by argument: the loop vectorises without alias checks against captured references).
-inline void probabilities(float* r, float scale, float lse, int64_t nk) {
+AXLE_SIMD_CLONES void probabilities(float* r, float scale, float lse, int64_t nk) {
   for (int64_t j = 0; j < nk; ++j) r[j] = fexp(r[j] * scale - lse);  // <= 0 up to rounding
   std::fill(r + nk, r + kBk, 0.0f);
 }
 
 /// dS = scale * P * (dP - D) over the first nk columns of a row, 0 after.
-inline void score_grads(float* dp, const float* p, float scale, float d, int64_t nk) {
+AXLE_SIMD_CLONES void score_grads(float* dp, const float* p, float scale, float d, int64_t nk) {
   for (int64_t j = 0; j < nk; ++j) dp[j] = scale * p[j] * (dp[j] - d);
   std::fill(dp + nk, dp + kBk, 0.0f);
 }
