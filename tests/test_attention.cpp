@@ -138,6 +138,40 @@ TEST(Attention, FusedEqualsDecomposedInEagerMode) {
   experimental::eager_mode(false);
 }
 
+// The outputs' layout: [B, L, H, E] (dq, dk, dv interleaved as [B, L, 3, H, E] when their shapes
+// agree), so merging the heads back is a view, and a packed qkv projection's gradient (the cat
+// of dq, dk, dv) needs no copy in a graph; a cat of slices a caller still holds stays a copy.
+TEST(Attention, MergedHeadsAreAViewAndThePackedQkvGradientIsRight) {
+  const int64_t B = 2, L = 5, H = 3, E = 4, C = H * E;
+  const Tensor q = rnd({B, H, L, E}, 21), k = rnd({B, H, L, E}, 22), v = rnd({B, H, L, E}, 23);
+  const Tensor out = scaled_dot_product_attention(q, k, v, {.is_causal = true});
+  const Tensor merged = reshape(transpose(out, 1, 2), {B, L, C});
+  EXPECT_EQ(merged.data_ptr(), out.data_ptr());  // no copy
+  const Tensor want = reshape(transpose(reference(q, k, v, true, 1.0 / std::sqrt(double(E)), Tensor()), 1, 2), {B, L, C});
+  EXPECT_LE(max_diff(merged, want), 2e-6);
+
+  // The packed projection's pattern: heads sliced from one [B, L, 3C] tensor, gradient back into it.
+  const Tensor x0 = rnd({B, L, 3 * C}, 24), w = rnd({B, L, C}, 25);
+  auto packed_grad = [&](Device dev, bool fused) {
+    Tensor x = x0.clone().to(dev);
+    x.set_requires_grad(true);
+    auto heads = [&](int64_t i) { return transpose(reshape(slice(x, 2, i * C, (i + 1) * C), {B, L, H, E}), 1, 2); };
+    Tensor o = fused ? scaled_dot_product_attention(heads(0), heads(1), heads(2), {.is_causal = true})
+                     : reference(heads(0), heads(1), heads(2), true, 1.0 / std::sqrt(double(E)), Tensor());
+    sum(mul(reshape(transpose(o, 1, 2), {B, L, C}), w.to(dev))).backward();
+    return x.grad().cpu();
+  };
+  const Tensor g_ref = packed_grad(kCPU, false);
+  EXPECT_LE(max_diff(packed_grad(kCPU, true), g_ref), 2e-5);
+  EXPECT_LE(max_diff(packed_grad(axle::device(), true), g_ref), 2e-5);
+
+  // cat of a held tensor's adjacent slices: a new tensor, as always.
+  const Tensor y = rnd({4, 6}, 26);
+  const Tensor c = cat({slice(y, 1, 0, 3), slice(y, 1, 3, 6)}, 1);
+  EXPECT_NE(c.data_ptr(), y.data_ptr());
+  EXPECT_EQ(max_diff(c, y), 0.0);
+}
+
 TEST(Attention, BroadcastBatchDims) {
   // q [2, 3, L, E], k [3, S, E] (missing dim), v [2, 1, S, Ev] (size-1 dim): gradients summed back.
   const Tensor q = rnd({2, 3, 7, 8}, 21), k = rnd({3, 9, 8}, 22), v = rnd({2, 1, 9, 4}, 23), w = rnd({2, 3, 7, 4}, 24);

@@ -152,6 +152,20 @@ void rows_loop(int64_t n, int64_t work, F&& f) {
   }
 }
 
+/// dst (cols x rows, dense) = src^T (rows x cols, row stride rs), 8 rows at a time: each
+/// column's 8 values are written together (one vector; the reads gather down the rows).
+AXLE_SIMD_CLONES void transpose_into(const float* __restrict src, int64_t rs, float* __restrict dst, int64_t rows,
+                                     int64_t cols) {
+  int64_t r0 = 0;
+  for (; r0 + 8 <= rows; r0 += 8)
+    for (int64_t c = 0; c < cols; ++c) {
+#pragma omp simd
+      for (int64_t k = 0; k < 8; ++k) dst[c * rows + r0 + k] = src[(r0 + k) * rs + c];
+    }
+  for (int64_t r = r0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) dst[c * rows + r] = src[r * rs + c];
+}
+
 /// o's last two dims transposed into a new dense [batch..., cols, rows] operand (oneDNN's fast
 /// batched kernels want a plain row-major right operand: K^T and V^T are made once per call).
 Operand transposed_dense(const Geom& g, const Operand& o, int64_t rows, int64_t cols) {
@@ -160,12 +174,8 @@ Operand transposed_dense(const Geom& g, const Operand& o, int64_t rows, int64_t 
   Tensor t = make_tensor(shape, kFloat32);
   float* d = t.data<float>();
   const int64_t rs = o.strides[o.strides.size() - 2];
-  rows_loop(g.N, g.N * rows * cols, [&](int64_t b) {
-    const float* src = o.p + batch_offset(g, o.strides, b);
-    float* dst = d + b * rows * cols;
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t c = 0; c < cols; ++c) dst[c * rows + r] = src[r * rs + c];
-  });
+  rows_loop(g.N, g.N * rows * cols,
+            [&](int64_t b) { transpose_into(o.p + batch_offset(g, o.strides, b), rs, d + b * rows * cols, rows, cols); });
   return Operand{t, d, t.strides()};
 }
 
@@ -203,15 +213,45 @@ Mat block(const Geom& g, float* p, int64_t c, int64_t m, int64_t n, bool transpo
   return b;
 }
 
+/// `parts` outputs of logical shape [batch..., rows, cols] in one buffer laid out as [batch[0],
+/// rows, parts, batch[1:]..., cols]. For one [B, H, L, E] output that is [B, L, H, E] (PyTorch's
+/// cpu flash attention's layout too), so the caller's transpose(1, 2) and reshape to [B, L, H * E]
+/// (the heads merged back) are views, not copies; for dq, dk, dv of equal shapes it is
+/// [B, L, 3, H, E], the layout of a packed qkv projection's [B, L, 3 * H * E] gradient, so the
+/// cat of the three merged views is a view too (cat_cpu). Fewer than 2 batch dims and one part:
+/// the dense layout. The buffer is zeroed when `zero`.
+std::vector<Operand> interleaved_outputs(const Shape& shape, int64_t parts, bool zero) {
+  const size_t nd = shape.size();
+  const int64_t rows = shape[nd - 2], cols = shape[nd - 1];
+  Shape strides(nd, 1);
+  int64_t acc = cols;
+  for (size_t d = nd - 2; d-- > 1;) {
+    strides[d] = acc;
+    acc *= shape[d];
+  }
+  const int64_t part_stride = shape_numel(shape) == 0 ? 0 : acc;  // (no offsets into an empty buffer)
+  acc *= parts;
+  strides[nd - 2] = acc;  // a row steps over every part and every entry of batch[1:]
+  acc *= rows;
+  if (nd >= 3) strides[0] = acc;
+  Tensor buf = make_tensor({shape_numel(shape) * parts}, kFloat32);
+  float* p = buf.data<float>();
+  if (zero) std::fill(p, p + buf.numel(), 0.0f);
+  std::vector<Operand> outs;
+  for (int64_t k = 0; k < parts; ++k)
+    outs.push_back(Operand{make_view(buf, shape, strides, k * part_stride), p + k * part_stride, strides});
+  return outs;
+}
+
 /// Row r (kBk wide) scaled, with -inf from column nk on; returns its max. 8 lanes: the
 /// reduction vectorises without reassociating the compiler could not do itself.
-inline float scale_mask_max(float* r, float scale, int64_t nk) {
+AXLE_SIMD_CLONES float scale_mask_max(float* r, float scale, int64_t nk) {
   // unconditional, then the mask: a select on a float product stays scalar under -ftrapping-math
   for (int64_t j = 0; j < kBk; ++j) r[j] *= scale;
   std::fill(r + nk, r + kBk, kNegInf);
-  float m8[8];
-  for (int l = 0; l < 8; ++l) m8[l] = r[l];
-  for (int64_t j = 8; j < kBk; j += 8)
+  float m8[8];  // from constants, not from r: copying r's lanes in made the loop wait on a store
+  for (int l = 0; l < 8; ++l) m8[l] = kNegInf;
+  for (int64_t j = 0; j < kBk; j += 8)
     for (int l = 0; l < 8; ++l) m8[l] = m8[l] > r[j + l] ? m8[l] : r[j + l];
   float m = m8[0];
   for (int l = 1; l < 8; ++l) m = m > m8[l] ? m : m8[l];
@@ -219,7 +259,7 @@ inline float scale_mask_max(float* r, float scale, int64_t nk) {
 }
 
 /// r[j] = exp(r[j] - mx) over the kBk columns (0 where r is -inf); returns their sum.
-inline float exp_sum(float* r, float mx) {
+AXLE_SIMD_CLONES float exp_sum(float* r, float mx) {
   for (int64_t j = 0; j < kBk; ++j) r[j] = fexp(r[j] - mx);
   float s8[8] = {};
   for (int64_t j = 0; j < kBk; j += 8)
@@ -336,13 +376,13 @@ inline int64_t first_masked(bool causal, int64_t i, int64_t j0, int64_t n) {
 
 /// Row r (kBk wide) of scores becomes P = exp(r * scale - lse), 0 from column nk on (values
 /// by argument: the loop vectorises without alias checks against captured references).
-inline void probabilities(float* r, float scale, float lse, int64_t nk) {
+AXLE_SIMD_CLONES void probabilities(float* r, float scale, float lse, int64_t nk) {
   for (int64_t j = 0; j < nk; ++j) r[j] = fexp(r[j] * scale - lse);  // <= 0 up to rounding
   std::fill(r + nk, r + kBk, 0.0f);
 }
 
 /// dS = scale * P * (dP - D) over the first nk columns of a row, 0 after.
-inline void score_grads(float* dp, const float* p, float scale, float d, int64_t nk) {
+AXLE_SIMD_CLONES void score_grads(float* dp, const float* p, float scale, float d, int64_t nk) {
   for (int64_t j = 0; j < nk; ++j) dp[j] = scale * p[j] * (dp[j] - d);
   std::fill(dp + nk, dp + kBk, 0.0f);
 }
@@ -352,10 +392,13 @@ inline void score_grads(float* dp, const float* p, float scale, float d, int64_t
 float score_scale(const Geom& g, double scale) { return g.E == 0 ? 1.0f : float(scale); }
 
 // ------------------------------------------------------------------ forward
-/// out (dense [N, L, Ev]) and lse (dense [N, L]).
-void fwd_impl(const Geom& g, const Operand& q, const Operand& k, const Operand& v, float* out, float* lse, float scale,
-              bool causal, const Dropout& drop) {
+/// out (any strides, the last dim dense: interleaved_output) and lse (dense [N, L]).
+void fwd_impl(const Geom& g, const Operand& q, const Operand& k, const Operand& v, const Operand& out, float* lse,
+              float scale, bool causal, const Dropout& drop) {
   const int64_t L = g.L, S = g.S, Ev = g.Ev, E = g.E;
+  auto row_of = [&g](const Operand& o, int64_t b, int64_t i) {
+    return o.p + batch_offset(g, o.strides, b) + i * o.strides[o.strides.size() - 2];
+  };
   const int64_t chunk = chunk_of(g, 1);
   std::vector<float> sbuf(size_t(chunk * kBq * kBk)), mx(size_t(chunk * kBq)), sum(size_t(chunk * kBq));
   const Operand kt = transposed_dense(g, k, S, E);
@@ -364,9 +407,7 @@ void fwd_impl(const Geom& g, const Operand& q, const Operand& k, const Operand& 
     for (int64_t i0 = 0; i0 < L; i0 += kBq) {
       const int64_t m = std::min(kBq, L - i0);
       const Mat qm = mat_of(g, q, b0, c, i0, m, E);
-      Mat om = dense(g, out + b0 * L * Ev, c, L, Ev);
-      om.p += i0 * Ev;
-      om.dims[om.dims.size() - 2] = m;
+      const Mat om = mat_of(g, out, b0, c, i0, m, Ev);
       std::fill(mx.begin(), mx.end(), kNegInf);
       std::fill(sum.begin(), sum.end(), 0.0f);
       const int64_t jend = causal ? std::min(S, i0 + m) : S;
@@ -378,7 +419,7 @@ void fwd_impl(const Geom& g, const Operand& q, const Operand& k, const Operand& 
           const int64_t bl = t / m, ii = t % m, i = i0 + ii;
           float* sr = sbuf.data() + (bl * kBq + ii) * kBk;
           const float mb = scale_mask_max(sr, scale, first_masked(causal, i, j0, n));
-          float* orow = out + ((b0 + bl) * L + i) * Ev;
+          float* orow = row_of(out, b0 + bl, i);
           const float mnew = std::max(mx[size_t(t)], mb);
           if (mnew == kNegInf) {  // every key so far masked
             std::fill(sr, sr + kBk, 0.0f);
@@ -402,7 +443,7 @@ void fwd_impl(const Geom& g, const Operand& q, const Operand& k, const Operand& 
       }
       rows_loop(c * m, c * m * Ev, [&](int64_t t) {
         const int64_t bl = t / m, i = i0 + t % m;
-        float* orow = out + ((b0 + bl) * L + i) * Ev;
+        float* orow = row_of(out, b0 + bl, i);
         const float l = sum[size_t(t)];
         const float inv = l > 0.0f ? 1.0f / l : 0.0f;
         for (int64_t e = 0; e < Ev; ++e) orow[e] *= inv;
@@ -415,23 +456,24 @@ void fwd_impl(const Geom& g, const Operand& q, const Operand& k, const Operand& 
 Tensors sdpa_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>& meta) {
   const attr::ScaledDotProductAttention at = attr::ScaledDotProductAttention::of(a);
   const Geom g = geom_of(in[0], in[2]);
-  Tensor out = make_tensor(meta[0].shape, kFloat32), lse = make_tensor(meta[1].shape, kFloat32);
-  if (lse.numel() == 0) return {out, lse};
+  const Operand out = interleaved_outputs(meta[0].shape, 1, false)[0];
+  Tensor lse = make_tensor(meta[1].shape, kFloat32);
+  if (lse.numel() == 0) return {out.t, lse};
   if (g.S == 0) {  // no keys: every row attends to nothing
-    std::fill(out.data<float>(), out.data<float>() + out.numel(), 0.0f);
+    std::fill(out.p, out.p + out.t.numel(), 0.0f);
     std::fill(lse.data<float>(), lse.data<float>() + lse.numel(), kNegInf);
-    return {out, lse};
+    return {out.t, lse};
   }
   const Dropout drop = dropout_of(in, 3, at.dropout_p, g);
-  fwd_impl(g, operand_of(in[0]), operand_of(in[1]), operand_of(in[2]), out.data<float>(), lse.data<float>(),
+  fwd_impl(g, operand_of(in[0]), operand_of(in[1]), operand_of(in[2]), out, lse.data<float>(),
            score_scale(g, at.scale), at.is_causal, drop);
-  return {out, lse};
+  return {out.t, lse};
 }
 
 // ------------------------------------------------------------------ backward
 void bwd_impl(const Geom& g, const Operand& go, const Operand& q, const Operand& k, const Operand& v,
-              const Operand& o, const float* lse, float* dq, float* dk, float* dv, float scale, bool causal,
-              const Dropout& drop) {
+              const Operand& o, const float* lse, const Operand& dq, const Operand& dk, const Operand& dv, float scale,
+              bool causal, const Dropout& drop) {
   const int64_t L = g.L, S = g.S, E = g.E, Ev = g.Ev;
   // D = rowsum(dO * O)
   std::vector<float> D(size_t(g.N * L));
@@ -447,26 +489,16 @@ void bwd_impl(const Geom& g, const Operand& go, const Operand& q, const Operand&
       }
     });
   }
-  std::fill(dq, dq + g.N * L * E, 0.0f);
-  std::fill(dk, dk + g.N * S * E, 0.0f);
-  std::fill(dv, dv + g.N * S * Ev, 0.0f);
   const int64_t chunk = chunk_of(g, 2);
   std::vector<float> pbuf(size_t(chunk * kBq * kBk)), dbuf(size_t(chunk * kBq * kBk));
   const Operand kt = transposed_dense(g, k, S, E), vt = transposed_dense(g, v, S, Ev);
-  auto out_block = [&](float* base, int64_t b0, int64_t c, int64_t rows_total, int64_t r0, int64_t rows,
-                       int64_t cols) {
-    Mat m = dense(g, base + b0 * rows_total * cols, c, rows_total, cols);
-    m.p += r0 * cols;
-    m.dims[m.dims.size() - 2] = rows;
-    return m;
-  };
   for (int64_t b0 = 0; b0 < g.N; b0 += chunk) {
     const int64_t c = std::min(chunk, g.N - b0);
     for (int64_t j0 = 0; j0 < S; j0 += kBk) {
       const int64_t n = std::min(kBk, S - j0);
       const Mat kj = mat_of(g, k, b0, c, j0, n, E), kjt = cols_of(g, kt, b0, c, E, j0, n);
       const Mat vjt = cols_of(g, vt, b0, c, Ev, j0, n);
-      const Mat dkj = out_block(dk, b0, c, S, j0, n, E), dvj = out_block(dv, b0, c, S, j0, n, Ev);
+      const Mat dkj = mat_of(g, dk, b0, c, j0, n, E), dvj = mat_of(g, dv, b0, c, j0, n, Ev);
       const int64_t istart = causal ? (j0 / kBq) * kBq : 0;  // blocks wholly above the diagonal skipped
       for (int64_t i0 = istart; i0 < L; i0 += kBq) {
         const int64_t m = std::min(kBq, L - i0);
@@ -497,7 +529,7 @@ void bwd_impl(const Geom& g, const Operand& go, const Operand& q, const Operand&
           }
         });
         gemm(block(g, pbuf.data(), c, m, n, true), gi, dvj, true);  // dV += P^T dO
-        gemm(dS, kj, out_block(dq, b0, c, L, i0, m, E), true);       // dQ += dS K (scale folded in)
+        gemm(dS, kj, mat_of(g, dq, b0, c, i0, m, E), true);          // dQ += dS K (scale folded in)
         gemm(block(g, dbuf.data(), c, m, n, true), qi, dkj, true);  // dK += dS^T Q
       }
     }
@@ -507,20 +539,20 @@ void bwd_impl(const Geom& g, const Operand& go, const Operand& q, const Operand&
 Tensors sdpa_bwd_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>& meta) {
   const attr::ScaledDotProductAttentionBackward at = attr::ScaledDotProductAttentionBackward::of(a);
   const Geom g = geom_of(in[1], in[3]);
-  Tensor dq = make_tensor(meta[0].shape, kFloat32), dk = make_tensor(meta[1].shape, kFloat32),
-         dv = make_tensor(meta[2].shape, kFloat32);
-  float *dqp = dq.data<float>(), *dkp = dk.data<float>(), *dvp = dv.data<float>();
-  if (g.N * g.L == 0 || g.S == 0) {  // nothing to propagate
-    std::fill(dqp, dqp + dq.numel(), 0.0f);
-    std::fill(dkp, dkp + dk.numel(), 0.0f);
-    std::fill(dvp, dvp + dv.numel(), 0.0f);
-    return {dq, dk, dv};
+  // zeroed: the products accumulate into them (and with no keys or queries they stay 0)
+  std::vector<Operand> d;
+  if (meta[0].shape == meta[1].shape && meta[1].shape == meta[2].shape) {
+    d = interleaved_outputs(meta[0].shape, 3, true);
+  } else {
+    for (size_t k = 0; k < 3; ++k) d.push_back(interleaved_outputs(meta[k].shape, 1, true)[0]);
   }
+  const Operand &dq = d[0], &dk = d[1], &dv = d[2];
+  if (g.N * g.L == 0 || g.S == 0) return {dq.t, dk.t, dv.t};  // nothing to propagate
   const Tensor lse = contiguous_as(in[5], kFloat32);
   const Dropout drop = dropout_of(in, 6, at.dropout_p, g);
   bwd_impl(g, operand_of(in[0]), operand_of(in[1]), operand_of(in[2]), operand_of(in[3]), operand_of(in[4]),
-           lse.data<float>(), dqp, dkp, dvp, score_scale(g, at.scale), at.is_causal, drop);
-  return {dq, dk, dv};
+           lse.data<float>(), dq, dk, dv, score_scale(g, at.scale), at.is_causal, drop);
+  return {dq.t, dk.t, dv.t};
 }
 
 }  // namespace

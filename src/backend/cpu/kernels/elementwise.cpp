@@ -10,6 +10,7 @@
 #include "axle/ops.h"
 #include "backend/cpu/bf16.h"
 #include "backend/cpu/kernels/kernels.h"
+#include "backend/cpu/kernels/vexp.h"
 #include "backend/cpu/loops.h"
 #include "ops/kernels.h"
 #include "ops/op.h"
@@ -81,7 +82,7 @@ inline float tanh_vec(float u) {
 
 constexpr float kSqrt2OverPi = 0.79788456080286536f, kGeluCubic = 0.044715f;
 
-void gelu_tanh_fast(DType ct, char** p, const int64_t* s, int64_t n, const Attrs& a) {
+AXLE_SIMD_CLONES void gelu_tanh_fast(DType ct, char** p, const int64_t* s, int64_t n, const Attrs& a) {
   if (ct != DType::Float32 || !attr::Gelu::of(a).tanh || s[0] != 4 || s[1] != 4)
     return op_def(OpKind::Gelu).pointwise(ct, p, s, n, a);
   float* __restrict o = reinterpret_cast<float*>(p[0]);
@@ -93,7 +94,7 @@ void gelu_tanh_fast(DType ct, char** p, const int64_t* s, int64_t n, const Attrs
   }
 }
 
-void gelu_tanh_backward_fast(DType ct, char** p, const int64_t* s, int64_t n, const Attrs& a) {  // (grad, x)
+AXLE_SIMD_CLONES void gelu_tanh_backward_fast(DType ct, char** p, const int64_t* s, int64_t n, const Attrs& a) {  // (grad, x)
   if (ct != DType::Float32 || !attr::GeluBackward::of(a).tanh || s[0] != 4 || s[1] != 4 || s[2] != 4)
     return op_def(OpKind::GeluBackward).pointwise(ct, p, s, n, a);
   float* __restrict o = reinterpret_cast<float*>(p[0]);

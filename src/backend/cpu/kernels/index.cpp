@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "axle/ops.h"
+#include "backend/cpu/dnnl.h"
 #include "backend/cpu/kernels/kernels.h"
 #include "backend/cpu/loops.h"
 #include "ops/kernels.h"
@@ -32,9 +33,39 @@ Tensor checked_index(const Tensor& idx, int64_t n, const char* op) {
   return c;
 }
 
+/// The cat as a view when its parts already lie side by side in one buffer that nothing but
+/// them holds (a graph's values at their last use, e.g. attention's dq, dk, dv, which
+/// sdpa_bwd_cpu writes interleaved so that the packed qkv gradient needs no copy): same dtype
+/// and strides, each part starting where the previous one ends along `d`, and the whole a
+/// non-overlapping layout. Anything a caller still holds is copied, as cat always does.
+Tensor cat_view(const Tensors& in, int64_t d, const Meta& m) {
+  const Tensor* first = nullptr;
+  int64_t off = 0, holders = 0;
+  for (const Tensor& t : in) {
+    if (cat_skip(t, int64_t(m.shape.size()))) continue;
+    const TensorImpl* ti = t.impl();
+    if (!ti || !ti->storage || t.dtype() != m.dtype || t.numel() == 0 || t.impl_ptr().use_count() != 1) return {};
+    if (!first) {
+      first = &t;
+    } else if (ti->storage != first->impl()->storage || t.strides() != first->strides() ||
+               t.storage_offset() != first->storage_offset() + off * first->strides()[size_t(d)]) {
+      return {};
+    }
+    off += t.shape()[size_t(d)];
+    ++holders;
+  }
+  if (!first || first->impl()->storage.use_count() != holders) return {};
+  const Shape& st = first->strides();
+  for (size_t i = 0; i < st.size(); ++i)
+    if (m.shape[i] > 1 && st[i] <= 0) return {};
+  if (!dnnl_glue::non_interleaving(m.shape, st)) return {};
+  return make_view(*first, m.shape, st, first->storage_offset());
+}
+
 Tensors cat_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>& m) {
   const int64_t nd = int64_t(m[0].shape.size());
   const int64_t d = wrap_dim(a.ints[0], nd, "cat");
+  if (Tensor v = cat_view(in, d, m[0]); v.defined()) return {v};
   Tensor out = make_tensor(m[0].shape, m[0].dtype);
   int64_t off = 0;
   for (const Tensor& t : in) {

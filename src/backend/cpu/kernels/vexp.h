@@ -3,6 +3,15 @@
 #pragma once
 #include <cstdint>
 
+/// On a function whose loops vectorise: one copy compiled for AVX-512 (x86-64-v4) besides the
+/// build's baseline, picked once at load time from what the processor has (GCC's target_clones,
+/// an ifunc), so a loop runs 16 lanes wide where the processor can and 8 where it cannot.
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#define AXLE_SIMD_CLONES __attribute__((target_clones("arch=x86-64-v4", "default")))
+#else
+#define AXLE_SIMD_CLONES
+#endif
+
 namespace axle::cpu {
 
 /// e^x for x already clamped to [-87.5, 88.5]: 2^n e^r with n = round(x / ln 2), e^r by the
