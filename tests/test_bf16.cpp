@@ -1,8 +1,9 @@
 // bfloat16 as a dtype (issue 27): the conversion, promotion, factories, element access, the
-// cast both ways (eager and lazy), the op rows against PyTorch 2.15 computed in bf16
-// (tests/golden/ops_bf16.py -> tests/data/golden_ops_bf16.safetensors) on cpu and xla under
-// both compute paths (native oneDNN bf16 and float32 on bf16 storage), gradients by finite
-// differences, serialization round trips, and the errors of ops that take no bf16.
+// cast both ways (eager and lazy), the op rows (those of tests/golden/ops_bf16.py, PyTorch's
+// side) against a float32 reference on the rounded inputs, on cpu and xla under both compute
+// paths (native oneDNN bf16 and float32 on bf16 storage), lazy == eager bit for bit, gradients
+// by finite differences, collectives on device threads, serialization round trips, and the
+// errors of ops that take no bf16.
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -14,7 +15,9 @@
 
 #include "axle/axle.h"
 #include "backend/cpu/bf16.h"
+#include "dist/local_devices.h"
 #include "golden_ops.h"
+#include "ops/op.h"
 #include "test_util.h"
 
 namespace {
@@ -435,6 +438,41 @@ TEST(Bf16Serialize, SafetensorsAndCheckpointRoundTripBitForBit) {
   const nn::StateDict a = m->state_dict(), c = m2->state_dict();
   ASSERT_EQ(a.size(), c.size());
   for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(bits(a[i].second), bits(c[i].second)) << a[i].first;
+}
+
+// Collectives of bf16 tensors on SPMD device threads: all-reduce sums in float32 and rounds
+// once (not a bf16 add per device), all-gather, reduce-scatter and broadcast move the bits.
+TEST(Bf16Collectives, OnDeviceThreadsReduceInFloat32AndRoundOnce) {
+  const int n = 3;
+  const int64_t id = dist::local_group_id({{0, 1, 2}});
+  // Device d holds 1 + d * 2^-8 (+ i): bf16 sums per step would round each partial sum.
+  auto input = [](int d) {
+    std::vector<float> v(6);
+    for (size_t i = 0; i < v.size(); ++i) v[i] = float(i) + 1.0f + float(d) * 0.00390625f;
+    return v;
+  };
+  std::vector<Tensor> ar(n), ag(n), rs(n), bc(n);
+  dist::run_on_devices(n, [&](int d) {
+    const Tensor x = from_vector(input(d), {6}).to(kBFloat16);
+    ar[size_t(d)] = ops::call1(ops::OpKind::AllReduce, {x}, {.ints = {int64_t(dist::ReduceOp::Sum), id}});
+    ag[size_t(d)] = ops::call1(ops::OpKind::AllGather, {x}, {.ints = {id, n}});
+    rs[size_t(d)] = ops::call1(ops::OpKind::ReduceScatter, {x}, {.ints = {int64_t(dist::ReduceOp::Sum), id, n}});
+    bc[size_t(d)] = ops::call1(ops::OpKind::Broadcast, {x}, {.ints = {n - 1, id}});
+  }, 1);
+  for (int d = 0; d < n; ++d) {
+    ASSERT_EQ(ar[size_t(d)].dtype(), kBFloat16);
+    const std::vector<float> got = ar[size_t(d)].to_vector<float>();
+    for (size_t i = 0; i < got.size(); ++i) {
+      float exact = 0;  // the float32 sum of the bf16 inputs, rounded once
+      for (int r = 0; r < n; ++r) exact += bfloat16::to_float(bfloat16::round_bits(input(r)[i]));
+      EXPECT_EQ(got[i], bfloat16::to_float(bfloat16::round_bits(exact))) << "device " << d << " element " << i;
+    }
+    ASSERT_EQ(ag[size_t(d)].dtype(), kBFloat16);
+    for (int r = 0; r < n; ++r)
+      EXPECT_EQ(bits(slice(ag[size_t(d)], 0, r * 6, (r + 1) * 6)), bits(from_vector(input(r), {6}).to(kBFloat16)));
+    EXPECT_EQ(bits(bc[size_t(d)]), bits(from_vector(input(n - 1), {6}).to(kBFloat16)));
+    EXPECT_EQ(bits(rs[size_t(d)]), bits(slice(ar[0], 0, 2 * d, 2 * d + 2)));
+  }
 }
 
 TEST(Bf16Errors, OpsWithoutBf16NameExpectedAndFound) {

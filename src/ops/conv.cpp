@@ -85,7 +85,7 @@ std::vector<Meta> conv_infer(const Tensors& in, const Attrs& a) {
   ConvGeom q = conv_geom(x.shape(), w.shape(), a, "conv2d");
   if (in.size() > 2 && in[2].defined()) {
     AXLE_CHECK(in[2].dim() == 1 && in[2].shape()[0] == q.O && in[2].dtype() == x.dtype(),
-               "[conv2d] expected a bias of the input's dtype of shape [", q.O, "], got ", shape_str(in[2].shape()), " ",
+               "[conv2d] expected a ", x.dtype(), " bias of shape [", q.O, "], got ", shape_str(in[2].shape()), " ",
                in[2].dtype());
   }
   return {{q.dst(), x.dtype()}};
@@ -221,7 +221,7 @@ Tensor conv_transpose2d(const Tensor& x, const Tensor& w, const Tensor& b, const
   if (!b.defined()) return y;
   const int64_t O = y.shape()[1];
   AXLE_CHECK(b.dim() == 1 && b.shape()[0] == O && b.dtype() == y.dtype(),
-             "[conv_transpose2d] expected a bias of the input's dtype of shape [", O, "], got ", shape_str(b.shape()), " ",
+             "[conv_transpose2d] expected a ", y.dtype(), " bias of shape [", O, "], got ", shape_str(b.shape()), " ",
              b.dtype());
   return add(y, reshape(b, {1, O, 1, 1}));
 }
