@@ -7,7 +7,7 @@
 #include "axle/metrics.h"
 #include "backend/cpu/backend.h"
 #include "backend/cpu/loops.h"
-#include "core/memory.h"
+#include "backend/cpu/allocator.h"
 #include "dist/local_devices.h"
 #include "ops/fused.h"
 #include "ops/kernels.h"
@@ -26,6 +26,7 @@ Device charged_device(Device device) {
 std::shared_ptr<const Executable> lower(const Program& p, Device device) {
   auto ex = std::make_shared<Executable>();
   ex->device_ = device;
+  ex->kernels_ = &ops::kernels(kName);
   // One slot per (node, output).
   std::vector<std::vector<int>> slot(p.nodes.size());
   int next = 0;
@@ -91,9 +92,9 @@ std::vector<Tensor> Executable::run(std::vector<Tensor> inputs) const {
     ops::Tensors out;
     if (ops::profiling()) [[unlikely]] {
       metrics::ScopedTimer t(ops::op_timer_name(st.op));
-      out = ops::kernel(DeviceType::CPU, st.op)(in, st.attrs, st.metas);
+      out = kernels_->get(st.op)(in, st.attrs, st.metas);
     } else {
-      out = ops::kernel(DeviceType::CPU, st.op)(in, st.attrs, st.metas);
+      out = kernels_->get(st.op)(in, st.attrs, st.metas);
     }
     in.clear();
     for (size_t j = 0; j < st.out.size(); ++j) slots[size_t(st.out[j])] = std::move(out[j]);
