@@ -21,6 +21,7 @@
 #include "dist/dist_internal.h"
 #include "lazy/ir.h"
 #include "ops/kernels.h"
+#include "ops/replica_groups.h"
 #include "spmd/device_count.h"
 #include "support/opaque_backend.h"
 
@@ -218,6 +219,8 @@ TEST_F(OpaqueBackendTest, TrainsATwoDeviceSpmdStepWithTheCpuBackendsLosses) {
     ServeOpaque serve;
     opaque = train_mlp(2, 6);
     replicated = serve.be->replicated_runs.load();
+    // The partitioner handed the backend replica groups, not communicators it made.
+    EXPECT_GT(serve.be->replica_group_collectives.load(), 0);
     EXPECT_GT(metrics::counter_value("SpmdAllReduce"), 0) << "gradients of a batch-split input are all-reduced";
     EXPECT_GT(serve.be->opaque_allocator().bytes_used(Device("xla:1")), 0) << "device 1 holds its shards";
   }
@@ -225,4 +228,21 @@ TEST_F(OpaqueBackendTest, TrainsATwoDeviceSpmdStepWithTheCpuBackendsLosses) {
   ASSERT_EQ(opaque.size(), cpu.size());
   EXPECT_LT(opaque.back(), opaque.front()) << "the loss falls";
   for (size_t i = 0; i < cpu.size(); ++i) EXPECT_EQ(opaque[i], cpu[i]) << "step " << i;
+}
+
+// Replica groups are data in the collective's attribute: a negative handle, the same for
+// equal groups, never a process group's id; the backend makes the communicator.
+TEST(ReplicaGroups, HandlesNameTheGroupsAndNeverAProcessGroup) {
+  const int64_t cols = ops::replica_groups_attr({{0, 2}, {1, 3}});
+  EXPECT_LT(cols, 0);
+  EXPECT_EQ(ops::replica_groups_attr({{0, 2}, {1, 3}}), cols);
+  EXPECT_NE(ops::replica_groups_attr({{0, 1}, {2, 3}}), cols);
+  ASSERT_NE(ops::replica_groups_of(cols), nullptr);
+  EXPECT_EQ(*ops::replica_groups_of(cols), (std::vector<std::vector<int>>{{0, 2}, {1, 3}}));
+  EXPECT_EQ(ops::replica_groups_of(0), nullptr);  // the world process group
+  EXPECT_EQ(ops::replica_groups_of(3), nullptr);
+  EXPECT_EQ(ops::replica_groups_of(-1000000), nullptr);  // never made
+  EXPECT_THROW(ops::replica_groups_attr({{0, 1}, {2}}), axle::Error);
+  EXPECT_THROW(ops::replica_groups_attr({{0, 1}, {1, 2}}), axle::Error);
+  EXPECT_THROW(ops::replica_groups_attr({{0, 5}}), axle::Error);
 }

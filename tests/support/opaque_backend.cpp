@@ -8,6 +8,8 @@
 
 #include "core/tensor_impl.h"
 #include "dist/local_devices.h"
+#include "ops/replica_groups.h"
+#include "ops/schema.h"
 
 namespace axle::test {
 namespace {
@@ -159,7 +161,16 @@ bool OpaqueBackend::supports(ops::OpKind k) const { return host_.supports(k); }
 void OpaqueBackend::add_passes(compiler::PassPipeline& pp) const { host_.add_passes(pp); }
 
 backend::ExecutablePtr OpaqueBackend::lower(const compiler::Program& p, Device device) const {
-  ++const_cast<OpaqueBackend*>(this)->lowers;
+  auto* self = const_cast<OpaqueBackend*>(this);
+  ++self->lowers;
+  for (const compiler::PNode& n : p.nodes)
+    if (!n.dead && n.kind == compiler::NodeKind::Op && ops::shard_rule(n.op) == ops::ShardRule::Collective &&
+        n.attrs.ints.size() >= 1)
+      for (int64_t v : n.attrs.ints)
+        if (ops::replica_groups_of(v)) {
+          ++self->replica_group_collectives;
+          break;
+        }
   return std::make_shared<OpaqueExecutable>(host_.lower(p, kCPU), device);
 }
 

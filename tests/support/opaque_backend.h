@@ -70,6 +70,9 @@ class OpaqueBackend final : public backend::Backend {
   OpaqueAllocator& opaque_allocator() { return alloc_; }
 
   std::atomic<int64_t> to_devices{0}, to_hosts{0}, lowers{0}, runs{0}, replicated_runs{0};
+  /// Collectives lowered whose `group` named replica groups (ops/replica_groups.h), as the
+  /// SPMD partitioner emits them, rather than a communicator made before lowering.
+  std::atomic<int64_t> replica_group_collectives{0};
 
  private:
   void write(const Tensor& buffer, const Tensor& host);  ///< host bytes into a buffer
