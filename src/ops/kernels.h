@@ -12,6 +12,7 @@
 #include <array>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "axle/device.h"
 #include "ops/op.h"
