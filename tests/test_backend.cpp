@@ -40,6 +40,7 @@ class CountingBackend final : public backend::Backend {
   std::atomic<int> allocations{0}, to_devices{0}, to_hosts{0}, pipelines{0}, lowers{0}, runs{0};
 
   const char* name() const override { return "counting"; }
+  Allocator& allocator() override { return inner_.allocator(); }
   Tensor allocate(const Shape& s, DType d, Device dev) override {
     ++allocations;
     return inner_.allocate(s, d, dev);
@@ -66,6 +67,10 @@ class CountingBackend final : public backend::Backend {
   std::vector<Tensor> run(const backend::Executable& ex, std::vector<Tensor> in) override {
     ++runs;
     return inner_.run(ex, std::move(in));
+  }
+  std::vector<std::vector<Tensor>> run_replicated(const backend::Executable& ex,
+                                                  std::vector<std::vector<Tensor>> in) override {
+    return inner_.run_replicated(ex, std::move(in));
   }
 
  private:

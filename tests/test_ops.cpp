@@ -1343,44 +1343,48 @@ TEST(OpTable, TraitsMatchBehaviour) {
   }
 }
 
-// Every op has a shape rule and a cpu kernel, found through the op table and the kernel
-// registry (both filled by explicit calls on first use, never by static initialisers). The
-// xla device type has no kernels (its ops are recorded into graphs).
+// Every op has a shape rule and a cpu kernel, found through the op table and the cpu
+// backend's kernel table (both filled by explicit calls on first use, never by static
+// initialisers). Kernels are keyed by backend: the xla device type resolves to the table of
+// the backend serving it (the cpu's today), not to a table of its own.
 TEST(OpTable, EveryOpHasAShapeRuleAndACpuKernel) {
   for (size_t i = 0; i < size_t(ops::OpKind::kNumOps); ++i) {
     const auto k = ops::OpKind(i);
     EXPECT_NE(ops::op_def(k).infer, nullptr) << ops::op_name(k) << " has no shape rule";
-    EXPECT_TRUE(ops::supports(DeviceType::CPU, k)) << ops::op_name(k) << " has no cpu kernel";
-    EXPECT_NE(ops::kernel(DeviceType::CPU, k), nullptr) << ops::op_name(k);
-    EXPECT_FALSE(ops::supports(DeviceType::XLA, k)) << ops::op_name(k) << " has an xla kernel";
+    EXPECT_TRUE(ops::supports("cpu", k)) << ops::op_name(k) << " has no cpu kernel";
+    EXPECT_NE(ops::kernel("cpu", k), nullptr) << ops::op_name(k);
   }
+  EXPECT_EQ(&ops::kernels_for(DeviceType::CPU), &ops::kernels("cpu"));
+  EXPECT_EQ(&ops::kernels_for(DeviceType::XLA), &ops::kernels("cpu"));
 }
 
-// Asking for a kernel a device type does not have throws, naming the op and the device type.
-TEST(KernelRegistry, MissingKernelNamesTheOpAndTheDevice) {
+// Asking a backend for a kernel it does not have throws, naming the op and the backend.
+TEST(KernelRegistry, MissingKernelNamesTheOpAndTheBackend) {
   try {
-    ops::kernel(DeviceType::XLA, ops::OpKind::MaxPool2d);
+    ops::kernel("test-empty", ops::OpKind::MaxPool2d);
     FAIL() << "expected an axle::Error";
   } catch (const axle::Error& e) {
     const std::string msg = e.what();
     EXPECT_NE(msg.find("[max_pool2d]"), std::string::npos) << msg;
     EXPECT_NE(msg.find("no kernel registered"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("xla"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("test-empty backend"), std::string::npos) << msg;
   }
 }
 
-// A registered kernel is what supports() reports and kernel() returns; registering null
-// takes it away again.
+// A registered kernel is what supports() reports and kernel() returns, in its backend's
+// table only; registering null takes it away again.
 TEST(KernelRegistry, RegisterThenLookUp) {
   const ops::OpKind k = ops::OpKind::Relu;
-  ASSERT_FALSE(ops::supports(DeviceType::XLA, k));
-  const ops::KernelFn cpu_relu = ops::kernel(DeviceType::CPU, k);
-  ops::register_kernel(DeviceType::XLA, k, cpu_relu);
-  EXPECT_TRUE(ops::supports(DeviceType::XLA, k));
-  EXPECT_EQ(ops::kernel(DeviceType::XLA, k), cpu_relu);
-  ops::register_kernel(DeviceType::XLA, k, nullptr);
-  EXPECT_FALSE(ops::supports(DeviceType::XLA, k));
-  EXPECT_THROW(ops::kernel(DeviceType::XLA, k), axle::Error);
+  ASSERT_FALSE(ops::supports("test-registry", k));
+  const ops::KernelFn cpu_relu = ops::kernel("cpu", k);
+  ops::register_kernel("test-registry", k, cpu_relu);
+  EXPECT_TRUE(ops::supports("test-registry", k));
+  EXPECT_EQ(ops::kernel("test-registry", k), cpu_relu);
+  EXPECT_FALSE(ops::supports("test-registry", ops::OpKind::Exp));  // the cpu's other kernels are not its
+  ops::register_kernel("test-registry", k, nullptr);
+  EXPECT_FALSE(ops::supports("test-registry", k));
+  EXPECT_THROW(ops::kernel("test-registry", k), axle::Error);
+  EXPECT_EQ(ops::kernel("cpu", k), cpu_relu);
 }
 
 

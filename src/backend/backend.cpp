@@ -27,6 +27,7 @@ std::shared_ptr<Backend> put(Registry& r, DeviceType type, std::shared_ptr<Backe
     if (o.get() == r.serving[t].load()) prev = o;
   if (b) r.owned.push_back(b);
   r.serving[t].store(b.get());
+  bind_device_type(type, b ? b->name() : nullptr, b ? &b->allocator() : nullptr);
   return prev;
 }
 
@@ -48,6 +49,8 @@ Registry& registry() {
 }
 
 }  // namespace
+
+void ensure_backends_registered() { (void)registry(); }
 
 Backend& backend_for(DeviceType type) {
   const size_t t = size_t(type);

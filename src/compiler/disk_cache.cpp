@@ -202,6 +202,12 @@ Program deserialize(const std::string& bytes, uint64_t expect_hash) {
   return p;
 }
 
+uint64_t disk_cache_key(uint64_t graph_hash, const std::string& backend_tag) {
+  uint64_t h = graph_hash ^ (ops::hash_text("backend " + backend_tag) + 0x9E3779B97F4A7C15ull + (graph_hash << 6) + (graph_hash >> 2));
+  h *= 0xBF58476D1CE4E5B9ull;
+  return h ^ (h >> 31);
+}
+
 std::string disk_cache_dir() {
   const char* d = std::getenv("AXLE_CACHE_DIR");
   return d && *d ? std::string(d) : std::string();

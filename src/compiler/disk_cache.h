@@ -1,5 +1,5 @@
 // The persistent compilation cache (AXLE_CACHE_DIR): optimised programs stored by
-// graph hash, so a second process skips compilation. A corrupt or foreign file is
+// graph hash and backend (its passes made them), so a second process skips compilation. A corrupt or foreign file is
 // discarded with a warning, never trusted.
 #pragma once
 #include <cstdint>
@@ -12,7 +12,11 @@ namespace axle::compiler {
 
 /// The cache directory from AXLE_CACHE_DIR, or empty when unset.
 std::string disk_cache_dir();
-/// The program stored for `hash`, if a valid file exists.
+/// The key a graph's program is stored under: its hash mixed with the backend's cache tag
+/// (backend::Backend::cache_tag(): its name, and version or ISA where it has one), so one
+/// backend never loads a program another backend's passes made.
+uint64_t disk_cache_key(uint64_t graph_hash, const std::string& backend_tag);
+/// The program stored for `hash` (a disk_cache_key), if a valid file exists.
 std::optional<Program> disk_cache_load(const std::string& dir, uint64_t hash);
 /// Stores atomically (temporary file, then rename).
 void disk_cache_store(const std::string& dir, uint64_t hash, const Program& p);

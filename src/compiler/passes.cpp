@@ -95,7 +95,7 @@ class ConstantFoldingPass final : public Pass {
       if (ops::has_side_effects(n.op)) continue;  // must run with the other ranks, at run time
       if (ops::is_barrier(n.op)) continue;  // its outputs are opaque, even of constants
       if (ops::shard_rule(n.op) == ops::ShardRule::Device) continue;  // its value depends on the running device
-      if (!ops::supports(DeviceType::CPU, n.op)) continue;  // folding runs the cpu kernel
+      if (!ops::kernels_for(DeviceType::CPU).supports(n.op)) continue;  // folding runs the host's kernels
       bool all_const = true;
       int64_t numel = 0;
       for (const Ref& r : n.operands) all_const = all_const && (r.node < 0 || p.nodes[size_t(r.node)].kind == NodeKind::Constant);
@@ -103,7 +103,7 @@ class ConstantFoldingPass final : public Pass {
       if (!all_const || numel > 4096) continue;
       ops::Tensors in;
       for (const Ref& r : n.operands) in.push_back(r.node < 0 ? Tensor() : p.nodes[size_t(r.node)].constant);
-      ops::Tensors out = ops::kernel(DeviceType::CPU, n.op)(in, n.attrs, n.outs);
+      ops::Tensors out = ops::kernels_for(DeviceType::CPU).get(n.op)(in, n.attrs, n.outs);
       // Each output becomes a constant node appended... in place: the first output reuses this slot.
       if (out.size() != 1) continue;
       n.kind = NodeKind::Constant;

@@ -11,13 +11,16 @@
 namespace axle {
 namespace autograd { struct Node; }
 namespace lazy { struct LazyTensor; }
+class Allocator;  // core/allocator.h
 
-/// A block of device memory. CPU memory comes from a size-bucketed caching allocator,
-/// so a training loop that allocates the same sizes every step reuses them.
+/// A block of device memory from the allocator of its device type's backend (the cpu's:
+/// a size-bucketed caching allocator, src/backend/cpu/allocator.h).
 struct Storage {
-  void* data = nullptr;
-  size_t nbytes = 0;  ///< the allocated size (the request rounded up)
-  Device device;      ///< the device whose memory counters hold this block (core/memory.h)
+  void* data = nullptr;  ///< the block's handle: a host pointer only for host (cpu) allocators
+  size_t nbytes = 0;     ///< the allocated size (the request rounded up)
+  Device device;         ///< the device whose memory counters hold this block
+  Allocator* allocator = nullptr;  ///< its device type's backend's (core/allocator.h), which frees it
+  /// A block from the allocator of the backend serving d's device type.
   Storage(size_t nbytes, Device d);
   ~Storage();
   Storage(const Storage&) = delete;

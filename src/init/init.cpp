@@ -5,7 +5,7 @@
 #include <mutex>
 
 #include "autograd/node.h"
-#include "backend/cpu/kernels/kernels.h"
+#include "backend/backend.h"
 #include "core/hooks.h"
 #include "lazy/hooks.h"
 
@@ -14,10 +14,12 @@ namespace axle {
 void ensure_initialized() {
   static std::once_flag once;
   std::call_once(once, [] {
+    // First the backends (src/backend/backend.cpp): each fills its kernel table
+    // (ops/kernels.h) and binds its device types' allocator (core/allocator.h), which every
+    // tensor made during the registrations below takes its memory from.
+    backend::ensure_backends_registered();
     autograd::register_hooks();
     lazy::register_hooks();
-    // The backends' kernels (ops/kernels.h), one line per backend.
-    cpu::register_cpu_kernels();
   });
 }
 

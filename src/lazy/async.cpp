@@ -3,7 +3,6 @@
 // value; an execution's error reaches the host at the next sync or value read.
 #include <cstdlib>
 #include <deque>
-#include <omp.h>
 #include <string>
 #include <thread>
 
@@ -93,9 +92,9 @@ class DeviceThread {
       space_.notify_all();
       std::shared_ptr<Execution> exec = job.exec;
       std::exception_ptr error;
-      // Same thread count as the host thread that traced it (axle-train --threads, ...):
-      // a reduction's order, hence its result bits, depends on it.
-      if (job.threads > 0 && omp_get_max_threads() != job.threads) omp_set_num_threads(job.threads);
+      // What the backend carries from the tracing thread (the cpu: its thread count, on
+      // which a reduction's bits depend).
+      if (job.thread_settings) job.thread_settings();
       try {
         std::vector<Tensor> results = run_job(job);
         for (size_t r = 0; r < results.size(); ++r) job.outs[r]->value = std::move(results[r]);
@@ -149,7 +148,7 @@ void set_async(bool on) {
 
 void dispatch(Job job) {
   g_dispatched.store(true);
-  job.threads = omp_get_max_threads();
+  job.thread_settings = backend::backend_for(job.ex->device()).thread_settings();
   device_thread().push(std::move(job));
 }
 

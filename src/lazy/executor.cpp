@@ -106,19 +106,20 @@ backend::ExecutablePtr compile(const Graph& g, const std::string& name, const ch
   backend::ExecutablePtr ex;
   const std::string dir = compiler::disk_cache_dir();
   std::optional<compiler::Program> stored;
-  if (!dir.empty()) {
-    stored = compiler::disk_cache_load(dir, g.hash);
-    metrics::counter_add(stored ? "PersistentCacheHit" : "PersistentCacheMiss");
-  }
   const Device dev{DeviceType::XLA, 0};  // the lazy device (one per process today)
   backend::Backend& be = backend::backend_for(dev);
+  const uint64_t disk_key = dir.empty() ? 0 : compiler::disk_cache_key(g.hash, be.cache_tag());
+  if (!dir.empty()) {
+    stored = compiler::disk_cache_load(dir, disk_key);
+    metrics::counter_add(stored ? "PersistentCacheHit" : "PersistentCacheMiss");
+  }
   if (stored) {
     ex = be.lower(*stored, dev);
   } else {
     compiler::Program p = to_program(g, name);
     be.pipeline().run(p);
     ex = be.lower(p, dev);
-    if (!dir.empty()) compiler::disk_cache_store(dir, g.hash, p);
+    if (!dir.empty()) compiler::disk_cache_store(dir, disk_key, p);
     stats().uncached.add();
     if (named) metrics::counter_add("UncachedCompile::" + name);
     on_uncached_compile(g, name, cause);

@@ -66,7 +66,7 @@ struct LazyTensor {
   LazyTensor();   ///< counts live lazy states (use_spmd warns when some exist)
   ~LazyTensor();  ///< counts DestroyXlaTensor
   Value ir;           ///< pending computation; null once materialised
-  Tensor buffer;      ///< device data: a dense cpu tensor (contiguous, or e.g. channels-last)
+  Tensor buffer;      ///< device data: a buffer of the backend serving the device (the cpu's: a dense cpu tensor)
   /// Async execution: the buffer an execution still running will write (then `buffer`
   /// is empty until ready_buffer collects it).
   std::shared_ptr<PendingBuffer> pending;

@@ -77,7 +77,7 @@ Registry& registry();
 extern std::atomic<bool> g_eager;
 
 // spmd_exec.cpp: the executor's path under SPMD (runtime::is_spmd()): the graph is
-// partitioned for the devices and run on each (dist::run_on_devices).
+// partitioned for the devices and run on each (Backend::run_replicated).
 void execute_spmd(const std::vector<std::shared_ptr<LazyTensor>>& targets, const char* cause,
                   const std::string& name, bool donate);
 /// Compiles (or finds in the cache) the SPMD graph of `targets` without running it.
@@ -119,7 +119,9 @@ struct Job {
   std::vector<std::shared_ptr<PendingBuffer>> pending;
   std::vector<std::string> root_ops;  ///< per root, for AXLE_CHECK_NUMERICS messages
   std::vector<std::shared_ptr<PendingBuffer>> outs;  ///< async: one per root, written when done
-  int threads = 0;  ///< async: the host thread's OpenMP thread count, which kernels run with
+  /// async: what the device thread must take from the tracing thread to compute the same
+  /// bits (Backend::thread_settings, captured at dispatch); empty when nothing.
+  std::function<void()> thread_settings;
 };
 /// Runs `job`: resolves its inputs, runs the executable (ExecuteTime), checks numerics.
 std::vector<Tensor> run_job(Job& job);

@@ -1,10 +1,8 @@
 // The executor's SPMD path (runtime::is_spmd()): the graph is cut as on one device, its
 // inputs' shardings (null: replicated) and output pins join the cache key, the global
-// program is partitioned (spmd::partition) into one local program lowered once, and that
-// runs on every device thread (dist::run_on_devices) on the device's shards. Results are
+// program is partitioned (spmd::partition) into one local program lowered once, and the
+// backend runs it replicated (Backend::run_replicated) on the devices' shards. Results are
 // written back as one shard per device with the output's sharding.
-#include <omp.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -14,7 +12,6 @@
 #include <unordered_map>
 
 #include "axle/xs.h"
-#include "dist/local_devices.h"
 #include "ops/schema.h"
 #include "lazy/lazy_internal.h"
 
@@ -284,13 +281,11 @@ void execute_spmd(const std::vector<std::shared_ptr<LazyTensor>>& targets, const
   }
   if (const auto& hook = execute_hook()) [[unlikely]]
     hook(name);
-  std::vector<std::vector<Tensor>> results(static_cast<size_t>(n));
+  std::vector<std::vector<Tensor>> results;
   backend::Backend& be = backend::backend_for(sp->ex->device());
   {
     metrics::ScopedTimer t(spmd_stats().execute_time);
-    const int threads = std::max(1, omp_get_max_threads() / n);
-    dist::run_on_devices(
-        n, [&](int d) { results[size_t(d)] = be.run(*sp->ex, std::move(inputs[size_t(d)])); }, threads);
+    results = be.run_replicated(*sp->ex, std::move(inputs));
   }
   SpmdStats& st = spmd_stats();
   st.execute.add();

@@ -1,7 +1,9 @@
 // Collective ops: all_reduce, all_gather, reduce_scatter, broadcast, all_to_all,
 // collective_permute: shape rules, vjps and the tensor-level API (axle/dist.h). Their cpu
 // kernels (src/backend/cpu/kernels/collective.cpp) call the process group named by the op's
-// `group id` attribute. ops.def marks them EFFECTS (ops::has_side_effects) and S_COLLECTIVE.
+// `group id` attribute: a process group's id (>= 0), or in an SPMD program the handle of the
+// replica groups the partitioner chose (< 0, ops/replica_groups.h), which the backend maps to
+// its communicator when it lowers. ops.def marks them EFFECTS (ops::has_side_effects) and S_COLLECTIVE.
 #include <cstring>
 
 #include "axle/dist.h"

@@ -139,9 +139,9 @@ Tensors call(OpKind k, const Tensors& in, const Attrs& a) {
     static metrics::Timer* timers[size_t(OpKind::kNumOps)] = {};
     if (!timers[size_t(k)]) timers[size_t(k)] = &metrics::timer(kOpTimerNames[size_t(k)]);
     metrics::ScopedTimer t(*timers[size_t(k)]);
-    out = ops::kernel(dev.type, k)(in, a, metas);
+    out = kernels_for(dev.type).get(k)(in, a, metas);
   } else {
-    out = ops::kernel(dev.type, k)(in, a, metas);
+    out = kernels_for(dev.type).get(k)(in, a, metas);
   }
   if (dev.is_cpu() && checking_numerics()) [[unlikely]]
     for (size_t j = 0; j < out.size(); ++j)

@@ -11,7 +11,7 @@
 #include <tuple>
 
 #include "axle/error.h"
-#include "dist/local_devices.h"
+#include "ops/replica_groups.h"
 #include "spmd/device_ops.h"
 #include "spmd/partition.h"
 #include "spmd/rules.h"
@@ -221,7 +221,7 @@ class Ctx final : public PartitionContext {
   // ---- the collectives of the §2.4 table
   LocalValue all_reduce(const LocalValue& v, const std::string& rule) {
     const auto groups = v.sharding.groups(v.sharding.partial_axes);
-    const int64_t gid = dist::local_group_id(groups);
+    const int64_t gid = ops::replica_groups_attr(groups);
     LocalValue r = v;
     r.ref = emit(OpKind::AllReduce, {v.ref}, ops::attr::AllReduce{.reduce_op = reduce_code(v.sharding.partial_op), .group = gid}.pack(), {})[0];
     r.sharding = without_partial(v.sharding);
@@ -236,7 +236,7 @@ class Ctx final : public PartitionContext {
     const size_t rank = v.global.size();
     const auto axes = dim_axes_of(v.sharding, rank)[size_t(d)];
     const auto groups = v.sharding.groups(axes);
-    const int64_t gid = dist::local_group_id(groups);
+    const int64_t gid = ops::replica_groups_attr(groups);
     const int64_t D = int64_t(groups[0].size());
     Ref x = to_front(v.ref, d, rank);
     x = emit(OpKind::AllGather, {x}, ops::attr::AllGather{.group = gid, .world = D}.pack(), {})[0];
@@ -255,7 +255,7 @@ class Ctx final : public PartitionContext {
   LocalValue reduce_scatter(const LocalValue& v, int d, const Sharding& to, const std::string& rule) {
     const size_t rank = v.global.size();
     const auto groups = v.sharding.groups(v.sharding.partial_axes);
-    const int64_t gid = dist::local_group_id(groups);
+    const int64_t gid = ops::replica_groups_attr(groups);
     const int64_t D = int64_t(groups[0].size());
     const int64_t n = v.global[size_t(d)], s = (n + D - 1) / D;
     Ref x = v.ref;
@@ -278,7 +278,7 @@ class Ctx final : public PartitionContext {
   LocalValue all_to_all(const LocalValue& v, int d1, int d2, const Sharding& to, const std::string& rule) {
     const size_t rank = v.global.size();
     const auto groups = v.sharding.groups(dim_axes_of(v.sharding, rank)[size_t(d1)]);
-    const int64_t gid = dist::local_group_id(groups);
+    const int64_t gid = ops::replica_groups_attr(groups);
     const int64_t D = int64_t(groups[0].size());
     const int64_t n2 = v.global[size_t(d2)], s2 = (n2 + D - 1) / D;
     Ref x = v.ref;
@@ -317,7 +317,7 @@ class Ctx final : public PartitionContext {
     }
     LocalValue r = v;
     r.ref = emit(OpKind::CollectivePermute, {v.ref},
-                 ops::attr::CollectivePermute{.group = dist::local_group_id(groups), .source_of = source_of}.pack(), {})[0];
+                 ops::attr::CollectivePermute{.group = ops::replica_groups_attr(groups), .source_of = source_of}.pack(), {})[0];
     r.sharding = to;
     note("collective-permute", local_bytes(v), v, to, rule);
     keep_origin(r.ref, v.ref);

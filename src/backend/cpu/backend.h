@@ -1,4 +1,4 @@
-// The CPU backend: host-memory buffers from the caching allocator (src/core/storage.cpp),
+// The CPU backend: host-memory buffers from its caching allocator (allocator.h),
 // the generic passes plus epilogue and elementwise fusion (fusion.cpp), and a schedule of
 // kernel calls (executable.h). It serves the cpu device and, today, the lazy xla device.
 #pragma once
@@ -7,6 +7,9 @@
 #include "backend/backend.h"
 
 namespace axle::cpu {
+
+/// The cpu backend's name: the key of its kernel table (ops/kernels.h).
+inline constexpr const char* kName = "cpu";
 
 /// A new CPU backend (registered for cpu and xla by backend::backend_for's registry).
 std::shared_ptr<backend::Backend> make_backend();

@@ -7,10 +7,12 @@
 #include "axle/metrics.h"
 #include "backend/cpu/backend.h"
 #include "backend/cpu/loops.h"
-#include "core/memory.h"
+#include "backend/cpu/allocator.h"
 #include "dist/local_devices.h"
 #include "ops/fused.h"
 #include "ops/kernels.h"
+#include "ops/replica_groups.h"
+#include "ops/schema.h"
 
 namespace axle::cpu {
 
@@ -23,9 +25,32 @@ Device charged_device(Device device) {
   return k >= 0 && device.is_xla() ? Device(DeviceType::XLA, k) : device;
 }
 
+namespace {
+
+// A collective whose `group` names replica groups (the SPMD partitioner's, ops/replica_groups.h)
+// gets its communicator here: the in-process group over those devices.
+ops::Attrs with_communicator(ops::OpKind op, const ops::Attrs& a) {
+  namespace attr = ops::attr;
+  auto map = [](int64_t& group) {
+    if (const auto* groups = ops::replica_groups_of(group)) group = dist::local_group_id(*groups);
+  };
+  switch (op) {
+    case ops::OpKind::AllReduce: { auto v = attr::AllReduce::of(a); map(v.group); return v.pack(); }
+    case ops::OpKind::AllGather: { auto v = attr::AllGather::of(a); map(v.group); return v.pack(); }
+    case ops::OpKind::ReduceScatter: { auto v = attr::ReduceScatter::of(a); map(v.group); return v.pack(); }
+    case ops::OpKind::Broadcast: { auto v = attr::Broadcast::of(a); map(v.group); return v.pack(); }
+    case ops::OpKind::AllToAll: { auto v = attr::AllToAll::of(a); map(v.group); return v.pack(); }
+    case ops::OpKind::CollectivePermute: { auto v = attr::CollectivePermute::of(a); map(v.group); return v.pack(); }
+    default: return a;
+  }
+}
+
+}  // namespace
+
 std::shared_ptr<const Executable> lower(const Program& p, Device device) {
   auto ex = std::make_shared<Executable>();
   ex->device_ = device;
+  ex->kernels_ = &ops::kernels(kName);
   // One slot per (node, output).
   std::vector<std::vector<int>> slot(p.nodes.size());
   int next = 0;
@@ -40,7 +65,7 @@ std::shared_ptr<const Executable> lower(const Program& p, Device device) {
     if (n.kind != compiler::NodeKind::Op) continue;
     AXLE_CHECK(supports_op(n.op), "[compile] op '", ops::op_name(n.op),
                "' has no cpu kernel; the cpu backend cannot run this program");
-    Executable::Step s{n.op, n.attrs, {}, slot[i], n.outs, {}};
+    Executable::Step s{n.op, ops::has_side_effects(n.op) ? with_communicator(n.op, n.attrs) : n.attrs, {}, slot[i], n.outs, {}};
     for (const Ref& r : n.operands) s.in.push_back(r.node >= 0 ? slot[size_t(r.node)][size_t(r.index)] : -1);
     ex->steps_.push_back(std::move(s));
   }
@@ -91,9 +116,9 @@ std::vector<Tensor> Executable::run(std::vector<Tensor> inputs) const {
     ops::Tensors out;
     if (ops::profiling()) [[unlikely]] {
       metrics::ScopedTimer t(ops::op_timer_name(st.op));
-      out = ops::kernel(DeviceType::CPU, st.op)(in, st.attrs, st.metas);
+      out = kernels_->get(st.op)(in, st.attrs, st.metas);
     } else {
-      out = ops::kernel(DeviceType::CPU, st.op)(in, st.attrs, st.metas);
+      out = kernels_->get(st.op)(in, st.attrs, st.metas);
     }
     in.clear();
     for (size_t j = 0; j < st.out.size(); ++j) slots[size_t(st.out[j])] = std::move(out[j]);

@@ -7,6 +7,7 @@
 
 #include "backend/backend.h"
 #include "compiler/program.h"
+#include "ops/kernels.h"
 
 namespace axle::cpu {
 
@@ -39,6 +40,7 @@ class Executable final : public backend::Executable {
   std::vector<std::pair<int, Tensor>> constants_;
   std::vector<int> output_slots_;
   std::vector<Step> steps_;
+  const ops::KernelTable* kernels_ = nullptr;  ///< the cpu backend's
 };
 
 /// Lowers an (optimised) program to an Executable for `device` (cpu or xla: both run

@@ -558,8 +558,8 @@ Tensors sdpa_bwd_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>&
 }  // namespace
 
 void register_cpu_attention_kernels() {
-  ops::register_kernel(DeviceType::CPU, OpKind::ScaledDotProductAttention, sdpa_cpu);
-  ops::register_kernel(DeviceType::CPU, OpKind::ScaledDotProductAttentionBackward, sdpa_bwd_cpu);
+  ops::register_kernel("cpu", OpKind::ScaledDotProductAttention, sdpa_cpu);
+  ops::register_kernel("cpu", OpKind::ScaledDotProductAttentionBackward, sdpa_bwd_cpu);
 }
 
 }  // namespace axle::cpu

@@ -17,6 +17,6 @@ Tensors optimization_barrier_cpu(const Tensors& in, const Attrs&, const std::vec
 
 }  // namespace
 
-void register_cpu_barrier_kernels() { ops::register_kernel(DeviceType::CPU, OpKind::OptimizationBarrier, optimization_barrier_cpu); }
+void register_cpu_barrier_kernels() { ops::register_kernel("cpu", OpKind::OptimizationBarrier, optimization_barrier_cpu); }
 
 }  // namespace axle::cpu

@@ -67,9 +67,9 @@ Tensors via_f32(const Tensors& in, const Attrs& a, const std::vector<Meta>& m) {
 
 void register_cpu_bf16_kernels() {
 #define AXLE_OP(Name, ...)                                                                   \
-  if (KernelFn f = registered_kernel(DeviceType::CPU, OpKind::Name); f && f != via_f32<OpKind::Name> && !handles_bf16(OpKind::Name)) { \
+  if (KernelFn f = registered_kernel("cpu", OpKind::Name); f && f != via_f32<OpKind::Name> && !handles_bf16(OpKind::Name)) { \
     g_f32[size_t(OpKind::Name)] = f;                                                         \
-    register_kernel(DeviceType::CPU, OpKind::Name, via_f32<OpKind::Name>);                   \
+    register_kernel("cpu", OpKind::Name, via_f32<OpKind::Name>);                   \
   }
 #include "ops/ops.def"
 #undef AXLE_OP

@@ -120,7 +120,7 @@ Tensors collective_permute_cpu(const Tensors& in, const Attrs& a, const std::vec
 }  // namespace
 
 void register_cpu_collective_kernels() {
-  auto reg = [](OpKind k, ops::KernelFn f) { ops::register_kernel(DeviceType::CPU, k, f); };
+  auto reg = [](OpKind k, ops::KernelFn f) { ops::register_kernel("cpu", k, f); };
   reg(OpKind::AllReduce, all_reduce_cpu);
   reg(OpKind::AllGather, all_gather_cpu);
   reg(OpKind::ReduceScatter, reduce_scatter_cpu);

@@ -280,7 +280,7 @@ Tensors conv_bwd_weight_cpu(const Tensors& in, const Attrs& a, const std::vector
 }  // namespace
 
 void register_cpu_conv_kernels() {
-  auto reg = [](OpKind k, ops::KernelFn f) { ops::register_kernel(DeviceType::CPU, k, f); };
+  auto reg = [](OpKind k, ops::KernelFn f) { ops::register_kernel("cpu", k, f); };
   reg(OpKind::Conv2d, conv_cpu);
   reg(OpKind::Conv2dBackwardInput, conv_bwd_input_cpu);
   reg(OpKind::ConvTranspose2d, conv_transpose_cpu);

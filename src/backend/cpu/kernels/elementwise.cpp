@@ -240,7 +240,7 @@ void elementwise_raw(OpKind k, DType ct, char** p, const int64_t* s, int64_t n, 
 }
 
 void register_cpu_elementwise_kernels() {
-  auto reg = [](OpKind k, ops::KernelFn f) { ops::register_kernel(DeviceType::CPU, k, f); };
+  auto reg = [](OpKind k, ops::KernelFn f) { ops::register_kernel("cpu", k, f); };
   // Every UNARY and BINARY op of the table: these loops over its own math.
 #define AXLE_OP(Name, ...)                                                \
   if (op_info(OpKind::Name).has(kUnary)) reg(OpKind::Name, unary_cpu<OpKind::Name>); \

@@ -254,7 +254,7 @@ Tensors fused_sum_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>
 }  // namespace
 
 void register_cpu_fused_kernels() {
-  auto reg = [](OpKind k, ops::KernelFn f) { ops::register_kernel(DeviceType::CPU, k, f); };
+  auto reg = [](OpKind k, ops::KernelFn f) { ops::register_kernel("cpu", k, f); };
   reg(OpKind::FusedElementwise, fused_cpu);
   reg(OpKind::FusedSum, fused_sum_cpu);
 }

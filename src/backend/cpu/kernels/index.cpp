@@ -277,7 +277,7 @@ Tensors scatter_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>& 
 }  // namespace
 
 void register_cpu_index_kernels() {
-  auto reg = [](OpKind k, ops::KernelFn f) { ops::register_kernel(DeviceType::CPU, k, f); };
+  auto reg = [](OpKind k, ops::KernelFn f) { ops::register_kernel("cpu", k, f); };
   reg(OpKind::Cat, cat_cpu);
   reg(OpKind::IndexSelect, index_select_cpu);
   reg(OpKind::IndexAdd, index_add_cpu);

@@ -9,8 +9,8 @@ namespace axle::cpu {
 /// (already in `compute` dtype), s = byte strides (0 broadcasts); `a`: the op's attributes.
 void elementwise_raw(ops::OpKind k, DType compute, char** p, const int64_t* s, int64_t n, const ops::Attrs& a);
 
-/// Registers every cpu kernel with ops::register_kernel (called once, from the
-/// composition root, src/init/init.cpp).
+/// Registers every cpu kernel in the cpu backend's table, ops::kernels("cpu") (called
+/// once, by cpu::make_backend).
 void register_cpu_kernels();
 
 void register_cpu_elementwise_kernels();

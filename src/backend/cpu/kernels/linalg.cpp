@@ -228,7 +228,7 @@ Tensors linear_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>& m
 }  // namespace
 
 void register_cpu_linalg_kernels() {
-  auto reg = [](OpKind k, ops::KernelFn f) { ops::register_kernel(DeviceType::CPU, k, f); };
+  auto reg = [](OpKind k, ops::KernelFn f) { ops::register_kernel("cpu", k, f); };
   reg(OpKind::Matmul, matmul_cpu);
   reg(OpKind::Linear, linear_cpu);
 }

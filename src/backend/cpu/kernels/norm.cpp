@@ -162,8 +162,8 @@ Tensors layer_norm_backward_cpu(const Tensors& in, const Attrs& a, const std::ve
 }  // namespace
 
 void register_cpu_norm_kernels() {
-  ops::register_kernel(DeviceType::CPU, OpKind::LayerNorm, layer_norm_cpu);
-  ops::register_kernel(DeviceType::CPU, OpKind::LayerNormBackward, layer_norm_backward_cpu);
+  ops::register_kernel("cpu", OpKind::LayerNorm, layer_norm_cpu);
+  ops::register_kernel("cpu", OpKind::LayerNormBackward, layer_norm_backward_cpu);
 }
 
 }  // namespace axle::cpu

@@ -498,7 +498,7 @@ Tensor pool_backward(const Tensor& gy_in, const Tensor& ws, const Shape& xs, con
   }
   if (masked) {  // any other kernel: the plain gradient, then the relu backward mask from x
     Tensor plain = pool_backward(gy, ws, xs, c, op);
-    return ops::kernel(DeviceType::CPU, OpKind::ReluBackward)({plain, x}, {}, {{xs, kFloat32}})[0];
+    return ops::kernel("cpu", OpKind::ReluBackward)({plain, x}, {}, {{xs, kFloat32}})[0];
   }
   if (gy.numel() == 0) {
     std::fill(gx.data<float>(), gx.data<float>() + gx.numel(), 0.0f);
@@ -644,7 +644,7 @@ Tensors adaptive_bwd_cpu(const Tensors& in, const Attrs& a, const std::vector<Me
 }  // namespace
 
 void register_cpu_pool_kernels() {
-  auto reg = [](OpKind k, ops::KernelFn f) { ops::register_kernel(DeviceType::CPU, k, f); };
+  auto reg = [](OpKind k, ops::KernelFn f) { ops::register_kernel("cpu", k, f); };
   reg(OpKind::MaxPool2d, max_cpu);
   reg(OpKind::MaxPool2dBackward, max_bwd_cpu);
   reg(OpKind::AvgPool2d, avg_cpu);

@@ -768,7 +768,7 @@ Tensors sort_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>& mt)
 }  // namespace
 
 void register_cpu_reduce_kernels() {
-  auto reg = [](OpKind k, ops::KernelFn f) { ops::register_kernel(DeviceType::CPU, k, f); };
+  auto reg = [](OpKind k, ops::KernelFn f) { ops::register_kernel("cpu", k, f); };
   reg(OpKind::Sum, reduce_cpu<RK::Sum>);
   reg(OpKind::Amax, reduce_cpu<RK::Max>);
   reg(OpKind::Amin, reduce_cpu<RK::Min>);

@@ -57,7 +57,7 @@ Tensors slice_backward_cpu(const Tensors& in, const Attrs& a, const std::vector<
 }  // namespace
 
 void register_cpu_shape_kernels() {
-  auto reg = [](OpKind k, ops::KernelFn f) { ops::register_kernel(DeviceType::CPU, k, f); };
+  auto reg = [](OpKind k, ops::KernelFn f) { ops::register_kernel("cpu", k, f); };
   reg(OpKind::Reshape, reshape_cpu);
   reg(OpKind::Permute, permute_cpu);
   reg(OpKind::Expand, expand_cpu);

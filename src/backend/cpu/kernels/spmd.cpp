@@ -58,7 +58,7 @@ Tensors mask_padding_cpu(const Tensors& in, const Attrs& a, const std::vector<Me
 }  // namespace
 
 void register_cpu_spmd_kernels() {
-  auto reg = [](OpKind k, ops::KernelFn f) { ops::register_kernel(DeviceType::CPU, k, f); };
+  auto reg = [](OpKind k, ops::KernelFn f) { ops::register_kernel("cpu", k, f); };
   reg(OpKind::ShardingConstraint, sharding_constraint_cpu);
   reg(OpKind::ShardSlice, shard_slice_cpu);
   reg(OpKind::MaskPadding, mask_padding_cpu);

@@ -1,11 +1,18 @@
-// Memory accounting of the caching allocator (src/core/storage.cpp): bytes held by live
-// Storage blocks, per device. Backends read it for axle::xm::get_memory_info.
+// The cpu backend's memory: a caching allocator of host blocks keyed by rounded size (a
+// training step allocates the same sizes every iteration; reusing them avoids page faults
+// and mmap churn), and its accounting: bytes held by live blocks, per device. It serves
+// every device type the cpu backend serves (core/allocator.h).
 #pragma once
 #include <cstdint>
 
 #include "axle/device.h"
+#include "core/allocator.h"
 
-namespace axle {
+namespace axle::cpu {
+
+/// The host allocator (one per process; never destroyed: storages may die during static
+/// destruction).
+Allocator& host_allocator();
 
 struct MemoryCounters {
   int64_t bytes_used = 0;       ///< bytes of live blocks charged to the device now
@@ -32,4 +39,4 @@ class ChargeHostMemoryTo {
   Device saved_;
 };
 
-}  // namespace axle
+}  // namespace axle::cpu
