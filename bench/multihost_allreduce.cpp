@@ -70,7 +70,7 @@ void spmd() {
     xs::mark_sharding(x, mesh, {"data", xs::None});
     Tensor y;
     auto once = [&] {
-      y = x.sum(0);
+      y = x.sum({0});
       axle::sync();
     };
     once();  // compile

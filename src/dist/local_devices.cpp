@@ -814,8 +814,8 @@ void run_on_devices(int n, const std::function<void(int)>& fn, int threads_per_d
       try {
         default_group().set_timeout(local_timeout());
       } catch (const std::exception& e) {
-        AXLE_FAIL("[spmd] the rendezvous of the ", host_count(), " hosts failed on host ", host_index(),
-                  " (one SPMD process per host: host h is rank h, devices h*L..h*L+L-1): ", e.what());
+        AXLE_FAIL("[spmd] the rendezvous of the ", host_count(), " hosts (one SPMD process per host: host h is rank h) "
+                  "failed on host ", host_index(), ": ", e.what());
       }
     });
   }
