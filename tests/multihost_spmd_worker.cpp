@@ -8,6 +8,7 @@
 //           fsdp   the mlp in SpmdFullyShardedDataParallel on the mesh "fsdp" (FSDP v2)
 //           save   cnn for STEPS steps, then distributed_checkpoint::save(state, DIR)
 //           load   the cnn's state from DIR (distributed_checkpoint::load), no training
+//           save-fsdp, load-fsdp: the same with the fsdp model
 //           ddp    the cnn with DDP instead: AXLE_NUM_DEVICES processes (axle::launch), each
 //                  its slice of the same global batches (for bench/multihost.sh)
 //     OUT   JSON written by host 0: hosts, devices, losses, parameters (every value), the
@@ -112,7 +113,11 @@ void ddp(int steps, const std::string& out) {
 
 int run(int argc, char** argv) {
   if (argc < 4) throw Error("usage: multihost_spmd_worker cnn|fsdp|save|load STEPS OUT [DIR]");
-  const std::string mode = argv[1], out = argv[3], dir = argc > 4 ? argv[4] : "";
+  std::string mode = argv[1];
+  const std::string out = argv[3], dir = argc > 4 ? argv[4] : "";
+  // save-fsdp / load-fsdp: the FSDP v2 model (parameters split over every host's devices).
+  const bool fsdp_model = mode == "fsdp" || (mode.size() > 5 && mode.substr(mode.size() - 5) == "-fsdp");
+  if (mode != "fsdp" && fsdp_model) mode = mode.substr(0, mode.size() - 5);
   const int steps = std::atoi(argv[2]);
   if (mode == "ddp") {
     axle::launch([&](int) { ddp(steps, out); }, {.nprocs = 0});
@@ -124,12 +129,12 @@ int run(int argc, char** argv) {
   const int64_t n = runtime::global_runtime_device_count();
   std::vector<int64_t> ids(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) ids[size_t(i)] = i;
-  const xs::Mesh mesh(ids, {n}, {mode == "fsdp" ? "fsdp" : "data"});
+  const xs::Mesh mesh(ids, {n}, {fsdp_model ? "fsdp" : "data"});
 
   manual_seed(0);
-  std::shared_ptr<nn::Module> model = make_model(mode);
+  std::shared_ptr<nn::Module> model = make_model(fsdp_model ? "fsdp" : "cnn");
   model->to(device());
-  if (mode == "fsdp")
+  if (fsdp_model)
     model = std::make_shared<fsdp::SpmdFullyShardedDataParallel>(model,
                                                                  fsdp::SpmdFullyShardedDataParallelOptions{.mesh = mesh});
   optim::SGD opt(model->parameters(), {.lr = 0.05, .momentum = 0.9});

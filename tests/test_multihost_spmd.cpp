@@ -124,21 +124,29 @@ TEST_F(MultiHostSpmd, FsdpV2AcrossHostsMatchesOneHost) {
   expect_close(one, two, 1e-5, 1e-4, "FSDP v2 on 2 hosts x 2 devices");
 }
 
-// One file per host; restored on one host (1 device, and 4 devices) bit for bit.
+// One file per host; restored on one host (1 device, and 4 devices) bit for bit: the
+// data-parallel cnn (replicated parameters: host 0 writes them) and FSDP v2 (parameters
+// split over all 4 devices: each host writes its own devices' chunks).
 TEST_F(MultiHostSpmd, CheckpointOfTwoHostsRestoresOnOneHostBitIdentically) {
-  const std::vector<Proc> p = run_two("save 3 '" + (d / "saved.json") + "' '" + (d / "ckpt") + "'");
-  for (int r = 0; r < 2; ++r) ASSERT_EQ(p[size_t(r)].status, 0) << "host " << r << ": " << p[size_t(r)].err;
-  EXPECT_TRUE(fs::exists(fs::path(d / "ckpt") / "shard-0.safetensors"));
-  EXPECT_TRUE(fs::exists(fs::path(d / "ckpt") / "shard-1.safetensors"));
-  const json meta = json::parse(slurp(d / "ckpt/metadata.json"));
-  EXPECT_EQ(meta.at("hosts"), 2);
-  // The batch-split cnn keeps its parameters replicated: host 0 writes them; a tensor
-  // split over the mesh would have chunks in both files (FSDP's: see the docs).
-  const json saved = read("saved.json");
-  for (int devices : {1, 4}) {
-    const std::string out = "loaded" + std::to_string(devices) + ".json";
-    run_one(devices, "load 0 '" + (d / out) + "' '" + (d / "ckpt") + "'");
-    EXPECT_EQ(read(out).at("state"), saved.at("state")) << "restored on 1 host x " << devices << " devices";
+  for (const std::string model : {"", "-fsdp"}) {
+    const std::string ckpt = d / ("ckpt" + model);
+    const std::vector<Proc> p = run_two("save" + model + " 3 '" + (d / "saved.json") + "' '" + ckpt + "'");
+    for (int r = 0; r < 2; ++r) ASSERT_EQ(p[size_t(r)].status, 0) << "host " << r << ": " << p[size_t(r)].err;
+    EXPECT_TRUE(fs::exists(fs::path(ckpt) / "shard-0.safetensors"));
+    EXPECT_TRUE(fs::exists(fs::path(ckpt) / "shard-1.safetensors"));
+    const json meta = json::parse(slurp(ckpt + "/metadata.json"));
+    EXPECT_EQ(meta.at("hosts"), 2);
+    int in_host1 = 0;
+    for (const auto& [name, e] : meta.at("tensors").items())
+      for (const json& c : e.at("chunks")) in_host1 += c.at("file") == "shard-1.safetensors";
+    if (model == "-fsdp") EXPECT_GT(in_host1, 0) << "host 1 wrote its devices' chunks";
+    else EXPECT_EQ(in_host1, 0) << "replicated values are written once, by host 0";
+    const json saved = read("saved.json");
+    for (int devices : {1, 4}) {
+      const std::string out = "loaded" + std::to_string(devices) + ".json";
+      run_one(devices, "load" + model + " 0 '" + (d / out) + "' '" + ckpt + "'");
+      EXPECT_EQ(read(out).at("state"), saved.at("state")) << model << " restored on 1 host x " << devices << " devices";
+    }
   }
 }
 
