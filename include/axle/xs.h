@@ -175,10 +175,14 @@ namespace axle::runtime {
 void use_spmd(bool auto_sharding = false);
 /// True after use_spmd(), or when AXLE_USE_SPMD=1 (XLA_USE_SPMD=1 accepted).
 bool is_spmd();
-/// The virtual cpu devices of this process: AXLE_CPU_DEVICES (or CPU_NUM_DEVICES, or
+/// Every device of the job: this process's virtual cpu devices times the hosts. The local
+/// count is AXLE_CPU_DEVICES (or CPU_NUM_DEVICES, or
 /// XLA_FLAGS=--xla_force_host_platform_device_count=N; disagreeing values are an error
-/// naming both; each must be an integer 1..4096, an empty one counts as unset), default 1.
-/// Read once, at the first call.
+/// naming both; each must be an integer 1..4096, an empty one counts as unset), default 1,
+/// read once, at the first call. Hosts: under SPMD with an external launcher (torchrun,
+/// Slurm, MPI) one process per host, the launcher's world size; else 1. Host h owns the
+/// global devices h*L .. h*L+L-1 (L the local count, the same on every host).
 int64_t global_runtime_device_count();
+/// This host's devices (the local count above).
 int64_t addressable_runtime_device_count();
 }  // namespace axle::runtime

@@ -13,10 +13,13 @@
 #include <thread>
 
 #include "axle/error.h"
+#include "axle/ops.h"
 #include "axle/tensor.h"
 #include "axle/xs.h"
 #include "core/tensor_impl.h"
+#include "dist/local_devices.h"
 #include "lazy/ir.h"
+#include "spmd/sharding.h"
 
 namespace axle::pl {
 namespace detail {
@@ -259,6 +262,33 @@ MpDeviceLoader& ParallelLoader::per_device_loader(Device device) {
 }  // namespace axle::pl
 
 namespace axle::xm {
+namespace {
+
+// The global batch whose rows [h*b, (h+1)*b) are this host's `t` (b rows) and the rest
+// zeros, checked to put only those rows on this host's devices.
+Tensor place_host_rows(const Tensor& t, const xs::ShardingSpec& spec) {
+  const int hosts = dist::host_count(), h = dist::host_index();
+  const int64_t b = t.size(0), n = runtime::global_runtime_device_count();
+  Shape global = t.shape();
+  global[0] = b * hosts;
+  const spmd::Sharding s = spmd::Sharding::from_spec(spec.mesh, spec.partition_spec, t.dim(), "send_cpu_data_to_device");
+  const int first = dist::first_local_device(int(n));
+  for (int d = first; d < first + int(n) / hosts; ++d) {
+    const xs::Slice r = s.range(0, d, global[0]);
+    AXLE_CHECK(r.stop <= r.start || (r.start >= h * b && r.stop <= (h + 1) * b),
+               "[send_cpu_data_to_device] with minibatch on ", hosts, " hosts, host ", h, "'s devices must hold only "
+               "its rows ", h * b, "..", (h + 1) * b, " of the global batch, but device ", d, " holds rows ", r.start,
+               "..", r.stop, " (split dim 0 over a mesh whose devices go host by host)");
+  }
+  const int64_t row = b ? t.numel() / b : 0;
+  std::vector<Tensor> parts;
+  if (h > 0) parts.push_back(zeros({h * b, row}, {.dtype = t.dtype()}));
+  parts.push_back(t.reshape({b, row}));
+  if (h < hosts - 1) parts.push_back(zeros({(hosts - 1 - h) * b, row}, {.dtype = t.dtype()}));
+  return cat(parts, 0).reshape(global);
+}
+
+}  // namespace
 
 std::vector<Tensor> send_cpu_data_to_device(const std::vector<Tensor>& tensors, Device device,
                                             const xs::ShardingSpec* input_sharding) {
@@ -267,16 +297,20 @@ std::vector<Tensor> send_cpu_data_to_device(const std::vector<Tensor>& tensors, 
   for (const Tensor& t : tensors) {
     AXLE_CHECK(t.defined(), "[send_cpu_data_to_device] expected defined tensors, got an undefined one");
     const bool shard = input_sharding && input_sharding->can_apply(t);
+    Tensor host = t;
     if (shard && input_sharding->minibatch && t.dim() > 0) {
-      // One host here, so the per-host batch is the global batch (torch_xla's
-      // GetAdjustedGlobalShape leaves it unchanged); it must still split evenly.
+      // The per-host batch must split evenly over the host's devices (torch_xla's check).
       const int64_t local = runtime::addressable_runtime_device_count();
       AXLE_CHECK(t.size(0) % local == 0,
                  "[send_cpu_data_to_device] When minibatch is configured, the per-host batch size must be divisible "
                  "by local runtime device count. Per host input data shape = ",
                  shape_str(t.shape()), ", local_runtime_device_count = ", local);
+      // Several hosts: this batch is rows [h*b, (h+1)*b) of the global batch of hosts * b rows
+      // (torch_xla's GetAdjustedGlobalShape). Only this host's devices get shards, and they
+      // read only these rows; the other rows are never sent.
+      if (dist::host_count() > 1) host = place_host_rows(t, *input_sharding);
     }
-    Tensor x = t.to(device);
+    Tensor x = host.to(device);
     // Data fresh on the device: mark_sharding splits it at once into one shard per device.
     // A tensor the spec does not fit is replicated on its mesh, as torch_xla sends it
     // ("{replicated}").

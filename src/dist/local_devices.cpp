@@ -14,6 +14,16 @@
 //
 // Failures: a device whose program throws aborts every local group (members waiting in a
 // rendezvous throw at once); run_on_devices then reports the device whose error caused it.
+//
+// Several hosts (host_count() > 1: one process per host under an external launcher): this
+// process runs only its own devices. A group whose subgroups all lie within one host runs
+// as above, in shared memory. A group with a subgroup spanning hosts runs hierarchically:
+// every local device posts its buffers at the group's host exchange; the last to arrive
+// (the host's leader for this collective) reduces the local members of each subgroup in
+// rank order, all-reduces those partial results across hosts over the default Gloo group
+// (one process per host), and every local device copies its subgroup's result
+// (broadcast within the host). The other collectives gather every host's local inputs
+// over Gloo once, and each device then reads its peers' inputs as on one host.
 #include "dist/local_devices.h"
 
 #include <omp.h>
@@ -33,6 +43,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <limits>
 
 #include "axle/dist.h"
 #include "axle/error.h"
@@ -94,7 +106,8 @@ std::string list_str(const std::vector<int>& v) {
 // ---- the state of the current run_on_devices call ----
 struct RunState {
   std::mutex mu;
-  int n = 0;                   ///< devices running
+  int n = 0;                   ///< devices of the job (every host's)
+  int first = 0, local = 0;    ///< this host's devices: first .. first+local-1
   std::vector<char> finished;  ///< device k's program returned or threw
   bool aborted = false;
   std::string reason;
@@ -114,7 +127,7 @@ int gone(int d) {
 int devices_running() {
   RunState& r = run_state();
   std::lock_guard<std::mutex> g(r.mu);
-  return r.n;
+  return r.local;
 }
 
 // "" unless the run is aborted; then why.
@@ -266,6 +279,29 @@ struct Sub {
   }
 };
 
+// A cross-host group's exchange point on this host: every local device posts its buffers;
+// the last to arrive runs the host's part of the collective (Gloo), then all read `data`.
+// Once every local device arrived they are committed: the waiters wait without timeout
+// (the leader's Gloo call has the cross-host timeout), so no buffer is freed under it.
+struct HostExchange {
+  std::mutex mu;
+  std::condition_variable cv;
+  uint64_t gen = 0;
+  int arrived = 0;
+  bool busy = false;  ///< every local device arrived; the leader is exchanging
+  std::vector<char> here;
+  std::vector<Call> calls;
+  std::vector<const void*> in;
+  std::vector<void*> out;
+  std::vector<char> data;  ///< the exchanged bytes of the last round
+  std::string broken;      ///< a round failed in this run: every later one throws this
+};
+
+std::string host_range(int h, int local) {
+  return "host " + std::to_string(h) + " (rank " + std::to_string(h) + ", devices " + std::to_string(h * local) + "-" +
+         std::to_string(h * local + local - 1) + ")";
+}
+
 template <class F>
 void dispatch_reduce(DType t, const char* op, F&& f) {
   switch (t) {
@@ -296,6 +332,17 @@ class DeviceGroup final : public ProcessGroup {
       for (size_t r = 0; r < k; ++r) where_[size_t(groups[s][r])] = {int(s), int(r)};
       subs_.push_back(std::move(sub));
     }
+    hosts_ = host_count();
+    if (hosts_ > 1 && n % hosts_ == 0) {
+      local_ = n / hosts_;
+      first_ = host_index() * local_;
+      for (const auto& g : groups)
+        for (int d : g) cross_ = cross_ || d / local_ != g[0] / local_;
+      x_.here.assign(size_t(local_), 0);
+      x_.calls.resize(size_t(local_));
+      x_.in.assign(size_t(local_), nullptr);
+      x_.out.assign(size_t(local_), nullptr);
+    }
   }
 
   int rank() const override { return locate("rank").second; }
@@ -307,6 +354,7 @@ class DeviceGroup final : public ProcessGroup {
   void all_reduce(void* buf, int64_t n, DType t, ReduceOp op) override {
     AXLE_CHECK(op != ReduceOp::Mean || is_floating(t), "[all_reduce] mean expects a floating buffer, got ", t);
     AXLE_CHECK(n >= 0, "[all_reduce] expected a non-negative element count, got ", n);
+    if (cross_) return cross_all_reduce(buf, n, t, op);
     dispatch_reduce(t, "all_reduce", [&](auto zero) {
       using T = decltype(zero);
       auto [s, rank] = sub_of("all_reduce");
@@ -348,6 +396,12 @@ class DeviceGroup final : public ProcessGroup {
     AXLE_CHECK(n >= 0, "[all_gather] expected a non-negative element count, got ", n);
     const size_t bytes = size_t(n) * itemsize(t);
     auto [s, rank] = sub_of("all_gather");
+    if (cross_) {
+      const char* all = gather_round({"all_gather", n, t}, in, bytes);
+      for (int r = 0; r < s.size(); ++r)
+        if (bytes) std::memcpy(static_cast<char*>(out) + size_t(r) * bytes, all + size_t(s.devices[size_t(r)]) * bytes, bytes);
+      return;
+    }
     s.arrive(rank, {"all_gather", n, t}, in, out, local_timeout());
     for (int r = 0; r < s.size(); ++r) {
       char* dst = static_cast<char*>(out) + size_t(r) * bytes;
@@ -361,6 +415,11 @@ class DeviceGroup final : public ProcessGroup {
     AXLE_CHECK(n >= 0, "[broadcast] expected a non-negative element count, got ", n);
     const size_t bytes = size_t(n) * itemsize(t);
     auto [s, rank] = sub_of("broadcast");
+    if (cross_) {
+      const char* all = gather_round({"broadcast", n, t, root}, buf, bytes);
+      if (rank != root && bytes) std::memcpy(buf, all + size_t(s.devices[size_t(root)]) * bytes, bytes);
+      return;
+    }
     s.arrive(rank, {"broadcast", n, t, root}, buf, buf, local_timeout());
     if (rank != root && bytes) std::memcpy(buf, s.in[size_t(root)], bytes);
     s.sync();
@@ -368,6 +427,10 @@ class DeviceGroup final : public ProcessGroup {
 
   void barrier() override {
     auto [s, rank] = sub_of("barrier");
+    if (cross_) {
+      gather_round({"barrier", 0, DType::UInt8}, nullptr, 0);
+      return;
+    }
     s.arrive(rank, {"barrier", 0, DType::UInt8}, nullptr, nullptr, local_timeout());
   }
 
@@ -378,6 +441,14 @@ class DeviceGroup final : public ProcessGroup {
     const char *i0 = static_cast<const char*>(in), *o0 = static_cast<const char*>(out);
     AXLE_CHECK(total == 0 || i0 + total <= o0 || o0 + total <= i0,
                "[all_to_all] expected distinct input and output buffers (they overlap)");
+    if (cross_) {
+      const char* all = gather_round({"all_to_all", n, t}, in, total);
+      for (int r = 0; r < s.size(); ++r)
+        if (bytes)
+          std::memcpy(static_cast<char*>(out) + size_t(r) * bytes,
+                      all + size_t(s.devices[size_t(r)]) * total + size_t(rank) * bytes, bytes);
+      return;
+    }
     s.arrive(rank, {"all_to_all", n, t}, in, out, local_timeout());
     for (int r = 0; r < s.size(); ++r)
       if (bytes)
@@ -397,6 +468,15 @@ class DeviceGroup final : public ProcessGroup {
     AXLE_CHECK(bytes == 0 || i0 + bytes <= o0 || o0 + bytes <= i0,
                "[permute] expected distinct input and output buffers (they overlap)");
     auto [s, rank] = sub_of("permute");
+    if (cross_) {
+      const char* all = gather_round({"permute", n, t, 0, &source_of}, in, bytes);
+      const int src = source_of[size_t(rank)];
+      if (bytes) {
+        if (src < 0) std::memset(out, 0, bytes);
+        else std::memcpy(out, all + size_t(s.devices[size_t(src)]) * bytes, bytes);
+      }
+      return;
+    }
     s.arrive(rank, {"permute", n, t, 0, &source_of}, in, out, local_timeout());
     const int src = source_of[size_t(rank)];
     if (bytes) {
@@ -408,12 +488,157 @@ class DeviceGroup final : public ProcessGroup {
 
   void reset() {
     for (auto& s : subs_) s->reset();
+    std::lock_guard<std::mutex> l(x_.mu);
+    x_.broken.clear();
+    x_.arrived = 0;
+    x_.busy = false;
+    std::fill(x_.here.begin(), x_.here.end(), 0);
   }
   void wake() {
     for (auto& s : subs_) s->wake();
+    std::lock_guard<std::mutex> l(x_.mu);
+    x_.cv.notify_all();
   }
 
  private:
+  std::string devices_str() const {
+    std::vector<int> all;
+    for (const auto& s : subs_) all.insert(all.end(), s->devices.begin(), s->devices.end());
+    std::sort(all.begin(), all.end());
+    return all.size() > 8 ? "devices {0.." + std::to_string(all.size() - 1) + "}" : "devices {" + list_str(all) + "}";
+  }
+
+  // One round of the host exchange: the calling device posts (c, in, out); the last local
+  // device to arrive runs leader() (outside the lock), which fills x_.data. Throws what
+  // failed (a mismatch, a timeout before every local device arrived, the leader's error).
+  template <class Leader>
+  void host_round(const Call& c, const void* in, void* out, Leader&& leader) {
+    const int k = t_device - first_;
+    std::unique_lock<std::mutex> l(x_.mu);
+    if (!x_.broken.empty()) fail(kCollective, x_.broken);
+    if (std::string why = abort_reason(); !why.empty()) fail(kAborted, why);
+    x_.calls[size_t(k)] = c;
+    x_.in[size_t(k)] = in;
+    x_.out[size_t(k)] = out;
+    x_.here[size_t(k)] = 1;
+    const uint64_t my = x_.gen;
+    if (++x_.arrived == local_) {
+      std::string err;
+      for (int r = 1; r < local_; ++r)
+        if (!(x_.calls[size_t(r)] == x_.calls[0]))
+          err = "[spmd] collectives over " + devices_str() + " do not match: device " + std::to_string(first_) +
+                " called " + x_.calls[0].str() + ", device " + std::to_string(first_ + r) + " called " +
+                x_.calls[size_t(r)].str() + " (every device must run the same collectives in the same order)";
+      x_.busy = true;
+      if (err.empty()) {
+        l.unlock();
+        try {
+          leader();
+        } catch (const std::exception& e) {
+          err = cross_host_failure(c, e.what());
+        }
+        l.lock();
+      }
+      x_.busy = false;
+      x_.arrived = 0;
+      std::fill(x_.here.begin(), x_.here.end(), 0);
+      if (!err.empty()) x_.broken = err;
+      ++x_.gen;
+      x_.cv.notify_all();
+      if (!err.empty()) fail(kCollective, err);
+      return;
+    }
+    const double timeout_s = local_timeout();
+    const auto deadline = std::chrono::steady_clock::now() +
+                          std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                              std::chrono::duration<double>(timeout_s));
+    while (x_.gen == my) {
+      if (!x_.busy) {
+        std::string why = abort_reason();
+        std::vector<int> missing;
+        for (int r = 0; r < local_; ++r)
+          if (!x_.here[size_t(r)]) missing.push_back(first_ + r);
+        if (!x_.broken.empty()) why = x_.broken;
+        else if (why.empty() && std::chrono::steady_clock::now() >= deadline)
+          x_.broken = why = "[spmd] " + c.str() + " over " + devices_str() + " timed out after " +
+                            seconds_str(timeout_s) + " on host " + std::to_string(host_index()) + ": local device" +
+                            (missing.size() > 1 ? "s " : " ") + list_str(missing) + " did not arrive";
+        if (!why.empty()) {
+          x_.here[size_t(k)] = 0;
+          --x_.arrived;
+          x_.cv.notify_all();
+          fail(why == x_.broken ? kCollective : kAborted, why);
+        }
+        x_.cv.wait_until(l, deadline);
+      } else {
+        x_.cv.wait(l);
+      }
+    }
+    if (!x_.broken.empty()) fail(kCollective, x_.broken);
+  }
+
+  // The message of a failed cross-host exchange: which host and rank went away.
+  std::string cross_host_failure(const Call& c, const std::string& what) const {
+    const int me = host_index();
+    std::string peers;
+    for (int h = 0; h < hosts_; ++h)
+      if (h != me) peers += (peers.empty() ? "" : ", ") + host_range(h, local_);
+    return "[spmd] " + c.str() + " over " + devices_str() + " failed across hosts on " + host_range(me, local_) +
+           ": " + (hosts_ == 2 ? peers : "one of " + peers) +
+           " did not answer within the timeout or lost its connection (killed or failed; AXLE_SPMD_TIMEOUT sets the "
+           "timeout): " + what;
+  }
+
+  // Gathers every device's `bytes` of input (every host's local devices, over Gloo) and
+  // returns them in global device order; valid until the caller's next collective.
+  const char* gather_round(const Call& c, const void* in, size_t bytes) {
+    host_round(c, in, nullptr, [&] {
+      std::vector<char> mine(bytes * size_t(local_));
+      for (int k = 0; k < local_; ++k)
+        if (bytes) std::memcpy(mine.data() + size_t(k) * bytes, x_.in[size_t(k)], bytes);
+      x_.data.assign(mine.size() * size_t(hosts_) + 1, 0);
+      ProcessGroup& g = default_group();
+      if (bytes) g.all_gather(mine.data(), x_.data.data(), int64_t(mine.size()), DType::UInt8);
+      else g.barrier();
+    });
+    return x_.data.data();
+  }
+
+  // Reduce within the host (each subgroup's local members, rank order), all-reduce across
+  // hosts, broadcast within the host.
+  void cross_all_reduce(void* buf, int64_t n, DType t, ReduceOp op) {
+    dispatch_reduce(t, "all_reduce", [&](auto zero) {
+      using T = decltype(zero);
+      const auto [sub, rank] = locate("all_reduce");
+      (void)rank;
+      const size_t nsub = subs_.size();
+      host_round({"all_reduce", n, t, int64_t(op)}, buf, buf, [&] {
+        const T identity = op == ReduceOp::Min   ? std::numeric_limits<T>::max()
+                           : op == ReduceOp::Max ? std::numeric_limits<T>::lowest()
+                                                 : T(0);
+        x_.data.assign(nsub * size_t(n) * sizeof(T) + 1, 0);
+        T* packed = reinterpret_cast<T*>(x_.data.data());
+        std::fill(packed, packed + nsub * size_t(n), identity);
+        for (size_t s = 0; s < nsub; ++s)
+          for (int d : subs_[s]->devices) {
+            if (d < first_ || d >= first_ + local_) continue;
+            const T* src = static_cast<const T*>(x_.in[size_t(d - first_)]);
+            T* dst = packed + s * size_t(n);
+            for (int64_t i = 0; i < n; ++i) {
+              if (op == ReduceOp::Min) dst[i] = src[i] < dst[i] ? src[i] : dst[i];
+              else if (op == ReduceOp::Max) dst[i] = src[i] > dst[i] ? src[i] : dst[i];
+              else dst[i] = T(dst[i] + src[i]);
+            }
+          }
+        if (n > 0) default_group().all_reduce(packed, int64_t(nsub) * n, t, op == ReduceOp::Mean ? ReduceOp::Sum : op);
+      });
+      const T* mine = reinterpret_cast<const T*>(x_.data.data()) + size_t(sub) * size_t(n);
+      T* dst = static_cast<T*>(buf);
+      const T size = T(subs_[size_t(sub)]->size());
+      for (int64_t i = 0; i < n; ++i) dst[i] = op == ReduceOp::Mean ? T(mine[i] / size) : mine[i];
+    });
+  }
+
   std::pair<int, int> locate(const char* what) const {
     const int d = t_device;
     AXLE_CHECK(d >= 0, "[spmd] ", what, " of an in-process device group called outside a device thread (call it "
@@ -430,6 +655,9 @@ class DeviceGroup final : public ProcessGroup {
   int64_t id_;
   std::vector<std::unique_ptr<Sub>> subs_;
   std::vector<std::pair<int, int>> where_;  ///< device -> (subgroup, rank)
+  int hosts_ = 1, local_ = 0, first_ = 0;   ///< several hosts: this host's devices
+  bool cross_ = false;                      ///< a subgroup spans hosts: collectives go through x_
+  HostExchange x_;
 };
 
 // ---- the registry of local groups ----
@@ -457,7 +685,7 @@ struct Pool {
   std::condition_variable work, done;
   std::vector<std::thread> threads;
   uint64_t job = 0;
-  int n = 0, threads_per_device = 1, remaining = 0;
+  int n = 0, first = 0, threads_per_device = 1, remaining = 0;  ///< n: this host's devices, from `first`
   const std::function<void(int)>* fn = nullptr;
   std::vector<std::string> errors;  ///< per device: "" or what it threw
   std::vector<int> kinds;
@@ -493,7 +721,7 @@ void device_main(int k) {
   uint64_t seen = 0;
   for (;;) {
     const std::function<void(int)>* fn;
-    int tpd;
+    int tpd, first;
     {
       std::unique_lock<std::mutex> l(p.mu);
       p.work.wait(l, [&] { return p.job != seen; });
@@ -501,15 +729,17 @@ void device_main(int k) {
       if (k >= p.n) continue;
       fn = p.fn;
       tpd = p.threads_per_device;
+      first = p.first;
     }
     std::string err;
     int kind = kOwn;
     bool failed = false;
-    t_device = k;
+    const int dev = first + k;  // its global index
+    t_device = dev;
     t_last_msg.clear();
     omp_set_num_threads(tpd);
     try {
-      (*fn)(k);
+      (*fn)(dev);
     } catch (const CollectiveFailure& e) {
       failed = true;
       err = e.what();
@@ -524,8 +754,8 @@ void device_main(int k) {
       err = "unknown exception";
     }
     t_device = -1;
-    if (failed) abort_all("[spmd] aborted: device " + std::to_string(k) + " failed: " + err);
-    device_finished(k);
+    if (failed) abort_all("[spmd] aborted: device " + std::to_string(dev) + " failed: " + err);
+    device_finished(dev);
     std::lock_guard<std::mutex> l(p.mu);
     p.errors[size_t(k)] = err;
     p.kinds[size_t(k)] = kind;
@@ -538,16 +768,65 @@ void device_main(int k) {
 
 int this_device() { return t_device; }
 
+int host_count() {
+  const detail::Job& j = detail::job();
+  return detail::spmd_mode() && j.external ? j.world : 1;
+}
+
+int host_index() { return host_count() > 1 ? detail::job().rank : 0; }
+
+int first_local_device(int n) {
+  const int h = host_count();
+  AXLE_CHECK(n % h == 0, "[spmd] ", n, " devices do not divide over ", h, " hosts");
+  return host_index() * (n / h);
+}
+
+std::vector<std::vector<char>> gather_hosts(const std::vector<char>& mine) {
+  const int h = host_count();
+  if (h == 1) return {mine};
+  ProcessGroup& g = default_group();
+  int64_t size = int64_t(mine.size());
+  std::vector<int64_t> sizes(static_cast<size_t>(h));
+  g.all_gather(&size, sizes.data(), 1, DType::Int64);
+  const int64_t most = *std::max_element(sizes.begin(), sizes.end());
+  std::vector<char> padded(mine);
+  padded.resize(size_t(most) + 1);
+  std::vector<char> all(size_t(most + 1) * size_t(h));
+  g.all_gather(padded.data(), all.data(), most + 1, DType::UInt8);
+  std::vector<std::vector<char>> out(static_cast<size_t>(h));
+  for (int i = 0; i < h; ++i) {
+    const char* b = all.data() + size_t(i) * size_t(most + 1);
+    out[size_t(i)].assign(b, b + sizes[size_t(i)]);
+  }
+  return out;
+}
+
 void run_on_devices(int n, const std::function<void(int)>& fn, int threads_per_device) {
   AXLE_CHECK(n >= 1, "[spmd] expected at least one device, got ", n);
   AXLE_CHECK(threads_per_device >= 1, "[spmd] expected at least one thread per device, got ", threads_per_device);
   AXLE_CHECK(t_device < 0, "[spmd] run_on_devices called from device thread ", t_device, " (it is not reentrant)");
+  const int first = first_local_device(n), local = n / host_count();
+  // Several hosts: the cross-host group exists before any device needs it (a rendezvous),
+  // and its collectives time out as the local ones do.
+  if (host_count() > 1) {
+    static std::once_flag once;
+    std::call_once(once, [] {
+      try {
+        default_group().set_timeout(local_timeout());
+      } catch (const std::exception& e) {
+        AXLE_FAIL("[spmd] the rendezvous of the ", host_count(), " hosts (one SPMD process per host: host h is rank h) "
+                  "failed on host ", host_index(), ": ", e.what());
+      }
+    });
+  }
   Pool& p = pool();
   std::lock_guard<std::mutex> run(p.run_mu);
   {
     RunState& r = run_state();
     std::lock_guard<std::mutex> g(r.mu);
     r.n = n;
+    r.first = first;
+    r.local = local;
     r.finished.assign(size_t(n), 0);
     r.aborted = false;
     r.reason.clear();
@@ -555,18 +834,19 @@ void run_on_devices(int n, const std::function<void(int)>& fn, int threads_per_d
   for (DeviceGroup* g : all_groups()) g->reset();
   {
     std::unique_lock<std::mutex> l(p.mu);
-    while (int(p.threads.size()) < n) {
+    while (int(p.threads.size()) < local) {
       const int k = int(p.threads.size());
       p.threads.emplace_back(device_main, k);
       p.threads.back().detach();  // the pool lives until exit
     }
-    p.n = n;
+    p.n = local;
+    p.first = first;
     p.fn = &fn;
     p.threads_per_device = threads_per_device;
-    p.remaining = n;
-    p.errors.assign(size_t(n), "");
-    p.kinds.assign(size_t(n), kOwn);
-    p.failed.assign(size_t(n), 0);
+    p.remaining = local;
+    p.errors.assign(size_t(local), "");
+    p.kinds.assign(size_t(local), kOwn);
+    p.failed.assign(size_t(local), 0);
     ++p.job;
     p.work.notify_all();
     p.done.wait(l, [&] { return p.remaining == 0; });
@@ -575,9 +855,9 @@ void run_on_devices(int n, const std::function<void(int)>& fn, int threads_per_d
   // The device that caused the failure: its own error first, then a failed collective, then
   // an abort; the lowest device among equals.
   int worst = -1;
-  for (int k = 0; k < n; ++k)
+  for (int k = 0; k < local; ++k)
     if (p.failed[size_t(k)] && (worst < 0 || p.kinds[size_t(k)] < p.kinds[size_t(worst)])) worst = k;
-  if (worst >= 0) AXLE_FAIL("[spmd] device ", worst, " failed: ", p.errors[size_t(worst)]);
+  if (worst >= 0) AXLE_FAIL("[spmd] device ", first + worst, " failed: ", p.errors[size_t(worst)]);
 }
 
 int64_t local_group_id(const std::vector<std::vector<int>>& groups_in) {

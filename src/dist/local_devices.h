@@ -14,10 +14,24 @@
 
 namespace axle::dist {
 
+/// Hosts of the SPMD job: one process per host, each driving its own local devices. Under
+/// SPMD with an external launcher (torchrun, Slurm, MPI: launch_env.h) the launcher's world
+/// size; 1 otherwise. The global devices 0..n-1 are numbered host by host: host h owns
+/// h*L .. h*L+L-1 (L = n / host_count(), every host the same AXLE_CPU_DEVICES).
+int host_count();
+/// This process's host, 0..host_count()-1 (its rank).
+int host_index();
+/// The first global device of this host, of n global devices.
+int first_local_device(int n);
+/// Every host's `mine`, in host order (a collective: every host calls it; sizes may
+/// differ). One host: {mine}. Runs over the default Gloo group.
+std::vector<std::vector<char>> gather_hosts(const std::vector<char>& mine);
+
 /// The device index of the calling thread while run_on_devices runs it; -1 on any other thread.
 int this_device();
 
-/// Runs fn(d) for d = 0..n-1, each on its own persistent device thread (the threads are
+/// Runs fn(d) for this host's devices d of the n global ones (all of 0..n-1 on one host),
+/// each on its own persistent device thread (the threads are
 /// reused across calls) with `threads_per_device` OpenMP threads, and returns when all have
 /// finished. If any fn throws, the local groups are aborted (peers waiting in a collective
 /// throw at once instead of waiting for the timeout) and the error of the device that caused

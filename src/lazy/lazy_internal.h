@@ -88,6 +88,10 @@ std::shared_ptr<const SpmdProgram> compile_spmd(const std::vector<std::shared_pt
 spmd::Sharding infer_sharding(const std::shared_ptr<LazyTensor>& lt);
 /// A materialised SPMD tensor's value on the host (assembles its shards; ReplicateShardedData).
 Tensor spmd_to_host(const LazyTensor& lt, const Shape& global);
+/// Several hosts: `host` (one entry per global device) holds this host's shards, devices
+/// first .. first+local-1, on the host; returns it with every other host's filled in. A
+/// collective of every host (each reads the value at the same point of its program).
+std::vector<Tensor> gather_host_shards(std::vector<Tensor> host, int first, int local);
 /// The devices of this process's SPMD runs (runtime::global_runtime_device_count()).
 int spmd_devices();
 void clear_spmd_cache();

@@ -7,6 +7,7 @@
 #include "axle/ops.h"
 #include "axle/xs.h"
 #include "dist/dist_internal.h"
+#include "dist/local_devices.h"
 #include "lazy/lazy_internal.h"
 #include "ops/spmd.h"
 
@@ -62,12 +63,13 @@ Tensor host_value(LazyTensor& lt, const Tensor& t) {
   return backend::backend_for(t.device()).to_host(lazy::ready_buffer(lt));
 }
 
-// Puts host shards on their devices (each charged to its own device's memory).
+// Puts host shards on their devices (each charged to its own device's memory). Several
+// hosts: only this host's devices get theirs (the others' entries stay empty).
 std::vector<Tensor> upload(const std::vector<Tensor>& host) {
   backend::Backend& be = backend::backend_for(DeviceType::XLA);
-  std::vector<Tensor> out;
-  out.reserve(host.size());
-  for (size_t d = 0; d < host.size(); ++d) out.push_back(be.to_device(host[d], Device{DeviceType::XLA, int(d)}));
+  const int n = int(host.size()), first = dist::first_local_device(n), local = n / dist::host_count();
+  std::vector<Tensor> out(host.size());
+  for (int d = first; d < first + local; ++d) out[size_t(d)] = be.to_device(host[size_t(d)], Device{DeviceType::XLA, d});
   return out;
 }
 
@@ -186,7 +188,8 @@ std::vector<XLAShard> local_shards(const Tensor& t) {
   const spmd::Sharding s = lt.sharding ? *lt.sharding : spmd::Sharding::replicated();
   std::vector<XLAShard> out;
   out.reserve(size_t(n));
-  for (int d = 0; d < n; ++d) {
+  const int first = dist::first_local_device(n), local = n / dist::host_count();
+  for (int d = first; d < first + local; ++d) {  // this host's (every device on one host)
     XLAShard sh;
     if (!lt.shards.empty()) {
       AXLE_CHECK(int(lt.shards.size()) == n, "[local_shards] the tensor holds ", lt.shards.size(),
@@ -213,17 +216,18 @@ void load_local_shards_(Tensor& t, const std::vector<XLAShard>& shards) {
   AXLE_CHECK(lt.sharding && !lt.sharding->is_replicated(),
              "[load_local_shards_] not allowed on a replicated or unannotated tensor (sharding ",
              lt.sharding ? lt.sharding->to_hlo_v1() : std::string("none"), ")");
-  const int n = spmd_devices();
-  AXLE_CHECK(int(shards.size()) == n, "[load_local_shards_] expected a shard for each of the ", n, " devices, got ",
-             shards.size());
+  // One shard per addressable device (every device on one host), as local_shards gives them.
+  const int n = spmd_devices(), first = dist::first_local_device(n), local = n / dist::host_count();
+  AXLE_CHECK(int(shards.size()) == local, "[load_local_shards_] expected a shard for each of the ", local,
+             " addressable devices, got ", shards.size());
   const Shape want = lt.sharding->shard_shape(t.shape());
-  std::vector<Tensor> host;
-  for (int d = 0; d < n; ++d) {
-    const Tensor& x = shards[size_t(d)].data;
+  std::vector<Tensor> host(static_cast<size_t>(n));
+  for (int d = first; d < first + local; ++d) {
+    const Tensor& x = shards[size_t(d - first)].data;
     AXLE_CHECK(x.defined() && x.shape() == want && x.dtype() == t.dtype(), "[load_local_shards_] shard ", d,
                " expected ", t.dtype(), " ", dims_str(want), ", got ",
                x.defined() ? std::string(dtype_name(x.dtype())) + " " + dims_str(x.shape()) : std::string("undefined"));
-    host.push_back(x.device().is_cpu() ? x : x.cpu());
+    host[size_t(d)] = x.device().is_cpu() ? x : x.cpu();
   }
   if (lt.ir) lt.ir = {};  // replaced, pending value or not
   std::shared_ptr<const spmd::Sharding> s = lt.sharding;

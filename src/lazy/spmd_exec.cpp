@@ -303,8 +303,9 @@ void execute_spmd(const std::vector<std::shared_ptr<LazyTensor>>& targets, const
   if (ops::checking_numerics()) [[unlikely]]
     for (size_t r = 0; r < pl.roots.values.size(); ++r)
       for (int d = 0; d < n; ++d)
-        ops::check_finite(results[size_t(d)][r], "graph '" + name + "' output " + std::to_string(r) + " on device " +
-                                                     std::to_string(d));
+        if (results[size_t(d)].size() > r)  // this host's devices
+          ops::check_finite(results[size_t(d)][r], "graph '" + name + "' output " + std::to_string(r) +
+                                                       " on device " + std::to_string(d));
   // Write back: one shard per device, and the output's sharding.
   std::vector<std::shared_ptr<const spmd::Sharding>> out_sh(pl.roots.values.size());
   for (size_t t = 0; t < targets.size(); ++t) {
@@ -312,7 +313,8 @@ void execute_spmd(const std::vector<std::shared_ptr<LazyTensor>>& targets, const
     if (!out_sh[r]) out_sh[r] = std::make_shared<const spmd::Sharding>(sp->outputs[r]);
     LazyTensor& lt = *targets[t];
     lt.shards.resize(size_t(n));
-    for (int d = 0; d < n; ++d) lt.shards[size_t(d)] = results[size_t(d)][r];
+    for (int d = 0; d < n; ++d)  // another host's devices: no shard here
+      lt.shards[size_t(d)] = results[size_t(d)].empty() ? Tensor() : results[size_t(d)][r];
     lt.sharding = out_sh[r];
     lt.producer = sp;
     lt.buffer = Tensor();
@@ -338,13 +340,14 @@ spmd::Sharding infer_sharding(const std::shared_ptr<LazyTensor>& lt) {
 Tensor spmd_to_host(const LazyTensor& lt, const Shape& global) {
   const spmd::Sharding& s = lt.sharding ? *lt.sharding : replicated();
   backend::Backend& be = backend::backend_for(DeviceType::XLA);
-  if (s.is_replicated()) return be.to_host(lt.shards[0]);
+  const int n = int(lt.shards.size()), first = dist::first_local_device(n), local = n / dist::host_count();
+  if (s.is_replicated()) return be.to_host(lt.shards[size_t(first)]);
   AXLE_CHECK(s.kind != spmd::Sharding::Kind::Manual, "[to_cpu] a manual tensor holds one value per device: read it "
              "with xs::local_shards, or call xs::disable_manual_sharding first");
   spmd_stats().replicate.add();
-  std::vector<Tensor> host;
-  host.reserve(lt.shards.size());
-  for (const Tensor& b : lt.shards) host.push_back(be.to_host(b));
+  std::vector<Tensor> host(static_cast<size_t>(n));
+  for (int d = first; d < first + local; ++d) host[size_t(d)] = be.to_host(lt.shards[size_t(d)]).contiguous();
+  if (local < n) host = gather_host_shards(std::move(host), first, local);
   return spmd::assemble_host(host, s, global);
 }
 

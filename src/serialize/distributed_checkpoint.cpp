@@ -28,6 +28,7 @@
 #include "axle/xm.h"
 #include "axle/xs.h"
 #include "core/tensor_impl.h"
+#include "dist/local_devices.h"
 #include "serialize/safetensors.h"
 
 namespace axle::experimental::distributed_checkpoint {
@@ -233,7 +234,8 @@ Snapshot snapshot(const nn::StateDict& state_dict, const std::string& op, bool o
     } else {
       e["sharding"] = "";
       Tensor host = t.detach().cpu();
-      add(Shape(t.dim(), 0), own && t.device().is_cpu() ? host.clone() : host);
+      // Several hosts: every host holds it whole; host 0 writes it.
+      if (dist::host_index() == 0) add(Shape(t.dim(), 0), own && t.device().is_cpu() ? host.clone() : host);
     }
     e["chunks"] = std::move(chunks);
     snap.tensors[name] = std::move(e);
@@ -270,12 +272,80 @@ void write_snapshot(const Snapshot& snap, const fs::path& dir, const std::string
   }
 }
 
+std::vector<char> bytes_of(const std::string& s) { return std::vector<char>(s.begin(), s.end()); }
+
+// Several SPMD hosts (a directory every host sees): host 0 makes the temporary directory,
+// every host writes its own shard-<host>.safetensors into it, then host 0 writes the
+// metadata with every host's chunks and renames it into place. Each step is a collective
+// of every host (dist::gather_hosts), so a host that failed fails every host, naming it.
+void write_snapshot_hosts(const Snapshot& snap, const fs::path& dir, const std::string& op) {
+  const int me = dist::host_index();
+  fs::path target = dir;
+  if (target.filename().empty()) target = target.parent_path();
+  const fs::path parent = target.parent_path().empty() ? fs::path(".") : target.parent_path();
+  std::error_code ec;
+  std::string made, why;
+  if (me == 0) {
+    const fs::path tmp =
+        target.string() + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(g_tmp_counter++);
+    if (!fs::is_directory(parent, ec)) {
+      why = "the parent directory '" + parent.string() + "' of '" + dir.string() + "' does not exist";
+    } else {
+      fs::remove_all(tmp, ec);
+      if (fs::create_directory(tmp, ec) && !ec) made = tmp.string();
+      else why = "can't create the temporary directory '" + tmp.string() + "': " + ec.message();
+    }
+  }
+  const std::vector<std::vector<char>> named = dist::gather_hosts(bytes_of(made.empty() ? "!" + why : made));
+  const std::string tmp(named[0].begin(), named[0].end());
+  AXLE_CHECK(tmp.empty() || tmp[0] != '!', op, " on host 0: ", tmp.substr(1));
+  std::string err;
+  try {
+    axle::save(snap.pieces, (fs::path(tmp) / snap.host_file).string());
+  } catch (const std::exception& e) {
+    err = e.what();
+  }
+  const json mine = {{"tensors", snap.tensors}, {"error", err}};
+  const std::vector<std::vector<char>> all = dist::gather_hosts(bytes_of(mine.dump()));
+  std::string failed;
+  json meta;
+  meta["tensors"] = snap.tensors;
+  for (size_t h = 0; h < all.size(); ++h) {
+    const json j = json::parse(std::string(all[h].begin(), all[h].end()));
+    if (!j.at("error").get<std::string>().empty())
+      failed += (failed.empty() ? "" : "; ") + std::string("host ") + std::to_string(h) + ": " + j.at("error").get<std::string>();
+    if (h == 0) continue;
+    for (const auto& [name, e] : j.at("tensors").items())
+      for (const json& c : e.at("chunks")) meta["tensors"][name]["chunks"].push_back(c);
+  }
+  if (me == 0) {
+    try {
+      if (failed.empty()) {
+        meta["format"] = kFormat;
+        meta["version"] = kVersion;
+        meta["hosts"] = int(all.size());
+        write_synced(fs::path(tmp) / kMetadataFile, meta.dump(1) + "\n");
+        sync_dir(tmp);
+        commit_dir(tmp, target);
+      }
+    } catch (const std::exception& e) {
+      failed = std::string("host 0: ") + e.what();
+    }
+    if (!failed.empty()) fs::remove_all(tmp, ec);
+  }
+  // Nobody goes on (and perhaps reads the checkpoint) before it is in place.
+  const std::vector<std::vector<char>> done = dist::gather_hosts(bytes_of(me == 0 ? failed : std::string()));
+  if (failed.empty()) failed.assign(done[0].begin(), done[0].end());
+  AXLE_CHECK(failed.empty(), op, " '", dir.string(), "' failed: ", failed);
+}
+
 }  // namespace
 
 void save(const nn::StateDict& state_dict, const fs::path& dir) {
   const std::string op = "[distributed_checkpoint::save]";
   AXLE_CHECK(!dir.empty(), op, " expected a directory, got an empty path");
   const Snapshot snap = snapshot(state_dict, op, /*own=*/false);
+  if (dist::host_count() > 1) return write_snapshot_hosts(snap, dir, op);
   if (st::is_master_ordinal()) write_snapshot(snap, dir, op);
   // As xm::save: no process goes on (and perhaps reads the checkpoint) before it is written.
   if (runtime::world_size() > 1) (void)xm::rendezvous("axle::distributed_checkpoint::save");

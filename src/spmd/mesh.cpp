@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "axle/xs.h"
+#include "dist/local_devices.h"
 #include "spmd/device_count.h"
 
 namespace axle::runtime {
@@ -83,8 +84,10 @@ const Count& count() {
 
 }  // namespace
 
-int64_t global_runtime_device_count() { return count().n; }
-int64_t addressable_runtime_device_count() { return count().n; }  // one host: every device is local
+// Several hosts (one SPMD process per host, dist::host_count()): every host has the same
+// local count, and the global devices are numbered host by host.
+int64_t global_runtime_device_count() { return count().n * dist::host_count(); }
+int64_t addressable_runtime_device_count() { return count().n; }
 
 }  // namespace axle::runtime
 
