@@ -52,7 +52,7 @@ test-repeat: build
 # libasan preloaded into python, and its reports would be CPython's and torch's), and the axle
 # code they reach is the code the C++ tests run here.
 # -O1 -g1 (line tables: reports still name file:line): the sanitized build compiles in half
-# the time of -O2 -g (measured: 70 s vs 140 s of CPU for tests/test_nn.cpp), and CI builds it
+# the time of -O2 -g (measured: 70 s vs 140 s of CPU for tests/nn/test_nn.cpp), and CI builds it
 # from scratch on 2 cores.
 test-asan: deps
 	cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \

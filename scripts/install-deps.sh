@@ -12,7 +12,7 @@ PKGS=(
   nlohmann-json3-dev libcli11-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   clang libclang-rt-14-dev   # libFuzzer for the safetensors fuzz test
-  iproute2             # `ip netns` for the two-host test (tests/test_multihost.cpp)
+  iproute2             # `ip netns` for the two-host test (tests/dist/test_multihost.cpp)
   python3-minimal      # the layering tests (tests/layering.py); binutils (nm) comes with g++
   python3-venv python3-dev   # make python: Debian's venv for the pinned torch, Python.h for axle._C
 )

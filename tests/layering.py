@@ -7,6 +7,8 @@ The layers and the paths each owns are in src/LAYERS (the one place the rule is 
 the build reads it too). For every #include of a file in the tree, the including file's
 layer must be at or above the included header's layer, unless the pair is listed in
 src/LAYERS as a known `allow` (then it must still occur: a stale entry fails too).
+A header named *_internal.h is private to its layer: only files of that layer include
+it (what the layers above may use is in the layer's other headers).
 With objects, each symbol a layer's object files use must be defined (strongly) in that
 layer or a lower one, unless listed as `allow-call FILE LAYER` (FILE `*`: any file).
 
@@ -113,6 +115,9 @@ def main():
                         edges += 1
                         if theirs is None:
                             errors.append(f"{rel}:{n}: includes {header}, which no layer owns; add it to src/LAYERS")
+                        elif target.endswith("_internal.h") and theirs != mine:
+                            errors.append(f"{rel}:{n}: layer {mine} includes {header}, a header private to "
+                                          f"layer {theirs} (*_internal.h); use that layer's narrower headers")
                         elif rank[theirs] > rank[mine]:
                             if (rel, header) in allowed:
                                 used.add((rel, header))

@@ -68,7 +68,7 @@ def runs(tmp_path_factory):
 _LAUNCHERS = {
     "torchrun": lambda r: dict(RANK=str(r), WORLD_SIZE="2", LOCAL_RANK=str(r), MASTER_ADDR="127.0.0.1"),
     # srun: the master is the first host of the node list (an address here: a fresh root has no
-    # /etc/hosts to resolve a name with; node-list parsing is tests/test_launch_env.cpp's).
+    # /etc/hosts to resolve a name with; node-list parsing is tests/dist/test_launch_env.cpp's).
     "slurm": lambda r: dict(SLURM_PROCID=str(r), SLURM_NTASKS="2", SLURM_LOCALID=str(r),
                             SLURM_NODELIST="127.0.0.1"),
 }

@@ -4,7 +4,7 @@ starts ranks (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT; nothing el
 losses of the same 2-rank job launched on one host, rank by rank. Across the hosts the gradients
 go through Gloo's TCP transport, never shared memory.
 
-The approach of tests/test_multihost.cpp: needs root and iproute2's `ip` (skipped with the reason
+The approach of tests/dist/test_multihost.cpp: needs root and iproute2's `ip` (skipped with the reason
 otherwise, or where root may not create namespaces); the namespaces are named after this
 process's pid and removed on every path, with those an earlier, killed run left behind; the
 addresses (198.18.0.0/15, RFC 2544) exist only inside the namespaces.

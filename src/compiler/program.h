@@ -70,7 +70,7 @@ Tensor meta_tensor(const ops::Meta& m);
 
 /// Whether PassPipeline::run verifies the program before the first pass and after each one.
 /// AXLE_VERIFY=1 turns it on, AXLE_VERIFY=0 off; unset: on in builds without NDEBUG, off in
-/// release builds. Every test program sets AXLE_VERIFY=1 (tests/verify_on.cpp), so tests and
+/// release builds. Every test program sets AXLE_VERIFY=1 (tests/support/verify_on.cpp), so tests and
 /// CI always verify. Read at each call.
 bool verifying();
 

@@ -1,9 +1,13 @@
-// Internal state shared by launch.cpp, process_group.cpp, collective ops and xm.cpp.
+// Internal state shared by the dist layer's files (launch.cpp, process_group.cpp, xm.cpp,
+// ...): private to src/dist (the layering test fails on an include of a *_internal.h from
+// another layer). What the layers above use is in groups.h and spmd_mode.h.
 #pragma once
 #include <cstdint>
 #include <string>
 
 #include "axle/dist.h"
+#include "dist/groups.h"
+#include "dist/spmd_mode.h"
 
 namespace axle::dist::detail {
 
@@ -23,8 +27,6 @@ struct Job {
 };
 Job& job();
 
-/// The group a collective op's `group id` attribute names; throws if unknown.
-ProcessGroup& group_by_id(int64_t id);
 /// The in-process device group (local_devices.h) with this id; nullptr when `id` is not in
 /// the range of local group ids, throws when it is but names no group.
 ProcessGroup* local_group_by_id(int64_t id);
@@ -37,19 +39,6 @@ void shutdown_groups();
 /// then reports that rank's failure as a consequence, not the cause.
 void note_comm_failure();
 bool had_comm_failure();
-
-/// Called by axle::device() (and xm::xla_device()): outside a launched function that
-/// makes a later launch() fail (seed anti-pattern 1).
-void note_device_requested();
-
-/// SPMD mode (runtime::use_spmd, AXLE_USE_SPMD=1; XLA_USE_SPMD=1 with a deprecation
-/// warning): one process drives every local device, so init_process_group("xla") and
-/// multi-process launch() refuse to run. The flag lives here, the lowest layer reading it.
-bool spmd_mode();
-void set_spmd_mode(bool on);
-
-/// "sum", "mean", "min", "max".
-const char* reduce_op_name(ReduceOp op);
 
 /// Environment variables launch() hands its children.
 inline constexpr const char* kEnvRank = "AXLE_LAUNCH_RANK";

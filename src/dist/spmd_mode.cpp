@@ -1,4 +1,4 @@
-// The SPMD mode flag (runtime::use_spmd sets it; see dist_internal.h).
+// The SPMD mode flag (runtime::use_spmd sets it; see spmd_mode.h).
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>

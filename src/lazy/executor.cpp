@@ -11,7 +11,7 @@
 
 #include "compiler/disk_cache.h"
 #include "backend/backend.h"
-#include "dist/dist_internal.h"
+#include "dist/spmd_mode.h"
 #include "lazy/lazy_internal.h"
 
 namespace axle::lazy {

@@ -6,7 +6,7 @@
 #include <map>
 #include <mutex>
 
-#include "dist/dist_internal.h"
+#include "dist/spmd_mode.h"
 #include "lazy/lazy_internal.h"
 
 namespace axle::lazy {

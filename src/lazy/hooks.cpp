@@ -2,7 +2,7 @@
 #include "lazy/hooks.h"
 
 #include "core/hooks.h"
-#include "dist/dist_internal.h"
+#include "dist/spmd_mode.h"
 #include "lazy/ir.h"
 #include "ops/hooks.h"
 

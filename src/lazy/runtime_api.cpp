@@ -3,7 +3,7 @@
 
 #include "axle/runtime.h"
 #include "axle/xm.h"
-#include "dist/dist_internal.h"
+#include "dist/spmd_mode.h"
 #include "lazy/lazy_internal.h"
 
 namespace axle {

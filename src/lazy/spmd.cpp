@@ -6,8 +6,8 @@
 #include "axle/autograd.h"
 #include "axle/ops.h"
 #include "axle/xs.h"
-#include "dist/dist_internal.h"
 #include "dist/local_devices.h"
+#include "dist/spmd_mode.h"
 #include "lazy/lazy_internal.h"
 #include "ops/spmd.h"
 

@@ -1,6 +1,6 @@
 // Transfers between the host (cpu tensors) and the lazy device.
 #include "backend/backend.h"
-#include "dist/dist_internal.h"
+#include "dist/spmd_mode.h"
 #include "lazy/lazy_internal.h"
 
 namespace axle::lazy {

@@ -8,7 +8,7 @@
 
 #include "axle/dist.h"
 #include "axle/ops.h"
-#include "dist/dist_internal.h"
+#include "dist/groups.h"
 #include "ops/op.h"
 
 namespace axle::ops {

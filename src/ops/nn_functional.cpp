@@ -6,7 +6,7 @@
 #include "axle/autograd.h"
 #include "axle/generator.h"
 #include "axle/ops.h"
-#include "dist/dist_internal.h"
+#include "dist/spmd_mode.h"
 #include "ops/autocast.h"
 #include "ops/op.h"
 

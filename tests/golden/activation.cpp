@@ -1,6 +1,6 @@
 // The activations against PyTorch 2.x (rows: tests/golden/ops_activation.py; harness:
-// tests/golden_ops.h).
-#include "../golden_ops.h"
+// tests/support/golden_ops.h).
+#include "golden_ops.h"
 
 AXLE_GOLDEN_ROWS(Activation, "golden_ops_activation.safetensors",
   {"silu", [](const In& x) { return Out{axle::silu(x[0])}; }},

@@ -1,6 +1,6 @@
 // scaled_dot_product_attention (no dropout) against PyTorch 2.x (rows:
-// tests/golden/ops_attention.py; harness: tests/golden_ops.h).
-#include "../golden_ops.h"
+// tests/golden/ops_attention.py; harness: tests/support/golden_ops.h).
+#include "golden_ops.h"
 
 using namespace axle;
 

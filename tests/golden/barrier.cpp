@@ -1,6 +1,6 @@
 // optimization_barrier (the identity, identity gradients) against PyTorch 2.x's identity
-// (rows: tests/golden/ops_barrier.py; harness: tests/golden_ops.h).
-#include "../golden_ops.h"
+// (rows: tests/golden/ops_barrier.py; harness: tests/support/golden_ops.h).
+#include "golden_ops.h"
 
 using namespace axle;
 

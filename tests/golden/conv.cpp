@@ -1,6 +1,6 @@
 // conv2d and conv_transpose2d against PyTorch 2.x (rows: tests/golden/ops_conv.py; harness:
-// tests/golden_ops.h).
-#include "../golden_ops.h"
+// tests/support/golden_ops.h).
+#include "golden_ops.h"
 
 namespace {
 using axle::Conv2dFuncOptions;

@@ -1,9 +1,9 @@
 // The elementwise ops against PyTorch 2.x (rows: tests/golden/ops_elementwise.py; harness:
-// tests/golden_ops.h): unary, binary with broadcasting, comparisons, where, cast, copy; ties
+// tests/support/golden_ops.h): unary, binary with broadcasting, comparisons, where, cast, copy; ties
 // and kinks (PyTorch's gradient there), +-inf / nan, empty tensors, non-contiguous views.
 #include <cmath>
 
-#include "../golden_ops.h"
+#include "golden_ops.h"
 
 AXLE_GOLDEN_ROWS(Elementwise, "golden_ops_elementwise.safetensors",
   {"neg", [](const In& x) { return Out{axle::neg(x[0])}; }},

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Golden losses for `axle-train --init` (tests/test_cli.cpp, Cli.InitFromPyTorchWeights...).
+"""Golden losses for `axle-train --init` (tests/tools/test_cli.cpp, Cli.InitFromPyTorchWeights...).
 
 Run with the PyTorch venv: /root/.cache/axle-peers/pt215/bin/python tests/golden/gen_cli_init.py
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""PyTorch goldens for tests/test_gpt.cpp (axle::models::GPT trained as PyTorch trains it).
+"""PyTorch goldens for tests/models/test_gpt.cpp (axle::models::GPT trained as PyTorch trains it).
 
 Run with the PyTorch 2.x venv (setup: /work/shared/reference/peers/setup.sh):
     /root/.cache/axle-peers/pt215/bin/python tests/golden/gen_gpt.py

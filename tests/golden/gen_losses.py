@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes tests/data/golden_losses.json: PyTorch golden values for the loss modules
-(nn::CrossEntropyLoss, nn::NLLLoss, nn::MSELoss) read by tests/test_port.cpp.
+(nn::CrossEntropyLoss, nn::NLLLoss, nn::MSELoss) read by tests/lazy/test_port.cpp.
 
 Run with the PyTorch 2.x venv built by ../shared/reference/peers/setup.sh:
     /root/.cache/axle-peers/pt215/bin/python tests/golden/gen_losses.py

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Writes tests/data/golden_nn_optim.json: golden values from PyTorch for
-tests/test_nn.cpp and tests/test_optim.cpp (written with 1.13 first, 2.15 since
+tests/nn/test_nn.cpp and tests/optim/test_optim.cpp (written with 1.13 first, 2.15 since
 BatchNorm's num_batches_tracked is recorded; the other cases' values are unchanged).
 
 Run with the PyTorch venv:

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""PyTorch goldens for the golden-value op tests (the program test_golden: tests/golden_ops.h,
-tests/golden/<family>.cpp, tests/test_golden.cpp).
+"""PyTorch goldens for the golden-value op tests (the program test_golden: tests/support/golden_ops.h,
+tests/golden/<family>.cpp, tests/ops/test_golden.cpp).
 
 Run with the PyTorch 2.x venv (setup: /work/shared/reference/peers/setup.sh):
     /root/.cache/axle-peers/pt215/bin/python tests/golden/gen_ops.py            # every family

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""PyTorch-written state dicts and models for tests/test_torch_compat.cpp.
+"""PyTorch-written state dicts and models for tests/nn/test_torch_compat.cpp.
 
 Run with the PyTorch venv (outside the repository; the test itself needs no Python):
     /root/.cache/axle-peers/pt215/bin/python tests/golden/gen_torch_compat.py

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""PyTorch interop fixtures for tests/test_serialize.cpp (run with /usr/bin/python3: torch 1.13 + numpy).
+"""PyTorch interop fixtures for tests/serialize/test_serialize.cpp (run with /usr/bin/python3: torch 1.13 + numpy).
 
 Builds the reference cnn of tools/axle-train/models.cpp with a fixed seed and writes
   tests/data/torch_cnn.safetensors     its state dict ("0.weight", "0.bias", "3.weight", ...)

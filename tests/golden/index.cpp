@@ -1,6 +1,6 @@
 // scatter, scatter_add, one_hot and embedding against PyTorch 2.x (rows:
-// tests/golden/ops_index.py; harness: tests/golden_ops.h).
-#include "../golden_ops.h"
+// tests/golden/ops_index.py; harness: tests/support/golden_ops.h).
+#include "golden_ops.h"
 
 using namespace axle;
 

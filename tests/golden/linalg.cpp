@@ -1,6 +1,6 @@
 // matmul and linear against PyTorch 2.x (rows: tests/golden/ops_linalg.py; harness:
-// tests/golden_ops.h).
-#include "../golden_ops.h"
+// tests/support/golden_ops.h).
+#include "golden_ops.h"
 
 using namespace axle;
 

@@ -1,6 +1,6 @@
 // cross_entropy, nll_loss and mse_loss against PyTorch 2.x (rows: tests/golden/ops_loss.py;
-// harness: tests/golden_ops.h).
-#include "../golden_ops.h"
+// harness: tests/support/golden_ops.h).
+#include "golden_ops.h"
 
 using namespace axle;
 

@@ -1,7 +1,7 @@
 // batch_norm, layer_norm and group_norm against PyTorch 2.x (rows: tests/golden/ops_norm.py;
-// harness: tests/golden_ops.h). batch_norm's training rows also compare the running statistics
+// harness: tests/support/golden_ops.h). batch_norm's training rows also compare the running statistics
 // it updated (outputs 1 and 2).
-#include "../golden_ops.h"
+#include "golden_ops.h"
 
 namespace {
 axle::Tensor nhwc(const axle::Tensor& x) { return axle::permute(x, {0, 3, 1, 2}); }

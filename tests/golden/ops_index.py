@@ -19,7 +19,7 @@ def rows():
               lambda g: [torch.randn(3, 5, generator=g), unique_along(g, 3, 2, 5, 0), torch.randn(2, 5, generator=g)])
     yield Row("scatter_dim1_src_larger", lambda x, i, s: x.scatter(1, i, s),
               lambda g: [torch.randn(4, 6, generator=g), unique_along(g, 6, 4, 3, 1), torch.randn(4, 5, generator=g)],
-              grad=[0])  # PyTorch's src gradient fails when src is larger than index (axle's: tests/test_ops.cpp)
+              grad=[0])  # PyTorch's src gradient fails when src is larger than index (axle's: tests/ops/test_ops.cpp)
     yield Row("scatter_negative_dim_transposed", lambda x, i, s: x.t().scatter(-1, i, s.t()),
               lambda g: [torch.randn(5, 3, generator=g), unique_along(g, 5, 3, 2, 1), torch.randn(3, 2, generator=g)])
     yield Row("scatter_value", lambda x, i: x.scatter(0, i, -2.5),

@@ -1,7 +1,7 @@
 // max_pool2d, avg_pool2d and adaptive_avg_pool2d against PyTorch 2.x (rows:
-// tests/golden/ops_pool.py; harness: tests/golden_ops.h). The ties rows hold the gradient rule
+// tests/golden/ops_pool.py; harness: tests/support/golden_ops.h). The ties rows hold the gradient rule
 // at equal maxima (ops.def: the first maximum in the window takes it, the last NaN).
-#include "../golden_ops.h"
+#include "golden_ops.h"
 
 namespace {
 using axle::Pool2dOptions;

@@ -1,8 +1,8 @@
 // The reductions against PyTorch 2.x (rows: tests/golden/ops_reduce.py; harness:
-// tests/golden_ops.h): sum, mean, amax/amin, max/min (both forms), argmax/argmin, logsumexp,
+// tests/support/golden_ops.h): sum, mean, amax/amin, max/min (both forms), argmax/argmin, logsumexp,
 // var, std, softmax, log_softmax, cumsum, prod, sort/argsort/topk; ties, zeros, +-inf / nan,
 // empty tensors, non-contiguous views.
-#include "../golden_ops.h"
+#include "golden_ops.h"
 
 namespace {
 axle::golden::Out both(std::pair<axle::Tensor, axle::Tensor> p) { return {p.first, p.second}; }

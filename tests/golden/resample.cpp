@@ -1,6 +1,6 @@
 // pad, interpolate and einsum against PyTorch 2.x (rows: tests/golden/ops_resample.py;
-// harness: tests/golden_ops.h).
-#include "../golden_ops.h"
+// harness: tests/support/golden_ops.h).
+#include "golden_ops.h"
 
 using namespace axle;
 

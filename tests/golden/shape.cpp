@@ -1,6 +1,6 @@
 // Views and data movement against PyTorch 2.x (rows: tests/golden/ops_shape.py; harness:
-// tests/golden_ops.h).
-#include "../golden_ops.h"
+// tests/support/golden_ops.h).
+#include "golden_ops.h"
 
 using namespace axle;
 

@@ -10,7 +10,7 @@
 #include "backend/cpu/kernels/kernels.h"
 #include "backend/cpu/loops.h"
 #include "ops/kernels.h"
-#include "dist/dist_internal.h"
+#include "dist/groups.h"
 #include "ops/op.h"
 
 namespace axle::cpu {

@@ -13,6 +13,7 @@
 #include "axle/models/gpt.h"
 #include "axle/tensor.h"
 #include "spmd/partition.h"
+#include "spmd_fixture.h"
 
 namespace axle::gpt_test {
 
@@ -21,11 +22,7 @@ inline models::GPTConfig small() {
   return {.vocab_size = kVocab, .block_size = kBlock, .n_layer = 2, .n_head = 4, .n_embd = 32, .dropout = 0.0};
 }
 
-inline std::vector<int64_t> iota(int64_t n) {
-  std::vector<int64_t> v(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) v[size_t(i)] = i;
-  return v;
-}
+using axle::test::iota;  // spmd_fixture.h
 
 struct Batch {
   Tensor x, y;  // int64 [kBatch, kBlock] on the cpu

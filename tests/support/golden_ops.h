@@ -11,7 +11,7 @@
 // default 1e-5 / 1e-6 carries its reason in the Python row).
 //
 // Each family's C++ rows are one file tests/golden/<family>.cpp, compiled into the one program
-// test_golden (with tests/test_golden.cpp), naming the same rows in C++:
+// test_golden (with tests/ops/test_golden.cpp), naming the same rows in C++:
 //
 //   AXLE_GOLDEN_ROWS(Reduce, "golden_ops_reduce.safetensors",
 //     {"cumsum_dim1", [](const In& x) { return Out{axle::cumsum(x[0], 1)}; }},
@@ -20,7 +20,7 @@
 // Each row is one test per device (Golden/Reduce.Matches/cumsum_dim1_xla); a row in the file
 // without C++, or C++ without a row in the file, fails ReduceCoverage.FileAndRowsAgree. Every
 // family registers itself (families()), so GoldenOps.EveryOpOfTheTableHasARow
-// (tests/test_golden.cpp) can run every row and list the ops.def entries none of them reaches. Views (transposes,
+// (tests/ops/test_golden.cpp) can run every row and list the ops.def entries none of them reaches. Views (transposes,
 // slices) are made inside the row's function, on both sides, so non-contiguous inputs are
 // tested as PyTorch saw them. Integer and bool outputs must match exactly; nan matches nan,
 // inf matches inf of the same sign.

@@ -1,5 +1,5 @@
 // The golden-value program: every family's rows (tests/golden/<family>.cpp, harness
-// tests/golden_ops.h) and the one test that holds them against the op table: every ops.def
+// tests/support/golden_ops.h) and the one test that holds them against the op table: every ops.def
 // entry is reached by some golden row (traced on `xla`, forward and backward), except the
 // entries listed below with the reason PyTorch has nothing to compare them with.
 #include <set>
@@ -48,12 +48,12 @@ std::set<ops::OpKind> ops_of_row(const SafeTensors& f, const golden::Row& r) {
 TEST(GoldenOps, EveryOpOfTheTableHasARow) {
   // Entries without a PyTorch counterpart to compare with, and where they are tested:
   const std::set<ops::OpKind> no_peer = {
-      // collectives (one process here): tests/test_dist.cpp, tests/test_spmd_comm.cpp
+      // collectives (one process here): tests/dist/test_dist.cpp, tests/spmd/test_spmd_comm.cpp
       ops::OpKind::AllReduce, ops::OpKind::AllGather, ops::OpKind::ReduceScatter, ops::OpKind::Broadcast,
       ops::OpKind::AllToAll, ops::OpKind::CollectivePermute,
-      // made by the compiler's passes, never traced: tests/test_compiler.cpp, tests/test_spmd_partition.cpp
+      // made by the compiler's passes, never traced: tests/compiler/test_compiler.cpp, tests/spmd/test_spmd_partition.cpp
       ops::OpKind::FusedElementwise, ops::OpKind::FusedSum, ops::OpKind::ShardSlice, ops::OpKind::MaskPadding,
-      // an SPMD annotation (the identity on values): tests/test_spmd_sharding.cpp
+      // an SPMD annotation (the identity on values): tests/spmd/test_spmd_sharding.cpp
       ops::OpKind::ShardingConstraint};
   ASSERT_FALSE(golden::families().empty());
   std::set<ops::OpKind> seen;

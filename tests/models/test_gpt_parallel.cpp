@@ -5,7 +5,7 @@
 // within 1e-5; the SPMD runs also check the collectives the partitioner inserted.
 //
 // launch() re-executes this binary; a child runs only the test that launched it
-// (tests/test_util.h launch_test_main).
+// (tests/support/test_util.h launch_test_main).
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -29,6 +29,7 @@
 #include "spmd/device_count.h"
 #include "spmd/partition.h"
 #include "gpt_harness.h"
+#include "spmd_fixture.h"
 #include "spmd_harness.h"
 #include "test_util.h"
 
@@ -140,19 +141,7 @@ int count_kind(const std::vector<spmd::CollectiveNote>& c, const std::string& ki
   return n;
 }
 
-class GptParallel : public ::testing::Test {
- protected:
-  void SetUp() override {
-    metrics::reset();
-    lazy::clear_graph_cache();
-  }
-  void TearDown() override {
-    xs::set_global_mesh(std::nullopt);
-    dist::detail::set_spmd_mode(false);
-    unsetenv("AXLE_CPU_DEVICES");
-    spmd::reset_device_count();
-  }
-};
+using GptParallel = axle::test::SpmdFixture;  // tests/support/spmd_fixture.h
 
 const TrainRun& reference(int steps) {
   static std::map<int, TrainRun> runs;

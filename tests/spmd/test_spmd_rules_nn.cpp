@@ -20,6 +20,7 @@
 #include "spmd/device_ops.h"
 #include "spmd/rules.h"
 #include "spmd/sharding.h"
+#include "random.h"
 #include "spmd_harness.h"
 #include "test_util.h"
 
@@ -283,13 +284,7 @@ using namespace axle::spmd_test;
 using spmd::Partitioned;
 using spmd::Sharding;
 
-Tensor rnd(const Shape& s, uint32_t seed, double lo = -1, double hi = 1) {
-  std::mt19937 g(seed);
-  std::uniform_real_distribution<double> u(lo, hi);
-  std::vector<float> v(static_cast<size_t>(shape_numel(s)));
-  for (float& x : v) x = float(u(g));
-  return from_vector(v, s);
-}
+using axle::test::rnd;  // tests/support/random.h
 Tensor ints(const std::vector<int64_t>& v, const Shape& s) { return from_vector(v, s, {.dtype = kInt64}); }
 
 ops::Attrs conv_attrs(std::vector<int64_t> extra = {}) {

@@ -1,4 +1,4 @@
-// Plain reference implementations for tests/test_ops.cpp.
+// Plain reference implementations for tests/ops/test_ops.cpp.
 //
 // Everything here computes in double over row-major std::vector<double>, with
 // simple index loops, and never calls an axle op: it is the independent side of

@@ -1,5 +1,5 @@
 // Plain references (double, index loops, no axle op) for the issue-16 index and resample
-// rows of tests/test_ops.cpp: scatter / scatter_add, one_hot, pad, interpolate, einsum.
+// rows of tests/ops/test_ops.cpp: scatter / scatter_add, one_hot, pad, interpolate, einsum.
 // Semantics follow PyTorch 2.x.
 #pragma once
 #include <cmath>

@@ -1,7 +1,7 @@
 // The table-driven op test: one row per public op function (include/axle/ops.h).
 //
 // Each row names its inputs (shape, dtype, value range), the axle call, and an
-// independent double-precision reference (tests/op_reference.h, plain loops).
+// independent double-precision reference (tests/support/op_reference.h, plain loops).
 // For every row:
 //   Forward               axle == reference (1e-5 rel/abs for float32, exact for ints/bool),
 //                         on every device in devices_to_check();
@@ -972,7 +972,7 @@ std::vector<OpCase> build_table() {
   row({"index_select_empty_index", {F({3, 2}), Idx({0}, {})}, AX(index_select(x[0], 0, x[1])), RF(index_select(a[0], 0, a[1]))});
 
   // ---------------------------------------------------------------- spmd (src/ops/spmd.h): off a device thread
-  // the device is 0; tests/test_spmd_rules_nn.cpp runs every device.
+  // the device is 0; tests/spmd/test_spmd_rules_nn.cpp runs every device.
   row({"sharding_constraint", {F({2, 3})}, AX(ops::sharding_constraint(x[0], {7, 1, 2}, false)), RF(a[0])});
   row({"sharding_constraint_on_grad", {F({2, 3})}, AX(ops::sharding_constraint(x[0], {7, 1, 2}, true) * 2.0),
        RF(map(a[0], [](double v) { return 2 * v; }))});
@@ -1247,7 +1247,7 @@ ops::Attrs repack(ops::OpKind k, const ops::Attrs& a) {
 TEST(OpTable, EveryOpHasARow) {
   // Entries no row can run, with where they are tested instead:
   const std::set<ops::OpKind> elsewhere = {
-      // collectives need a process group of several processes: tests/test_dist.cpp.
+      // collectives need a process group of several processes: tests/dist/test_dist.cpp.
       ops::OpKind::AllReduce, ops::OpKind::AllGather, ops::OpKind::ReduceScatter, ops::OpKind::Broadcast};
   std::set<ops::OpKind> seen;
   const Device xla = axle::device();

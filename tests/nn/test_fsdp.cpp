@@ -3,7 +3,7 @@
 // the guards and clip_grad_norm_.
 //
 // launch() re-executes this binary; a child runs only the test that launched it (see
-// tests/test_util.h launch_test_main). Parent-side code never touches the xla device.
+// tests/support/test_util.h launch_test_main). Parent-side code never touches the xla device.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -14,6 +14,7 @@
 
 #include "axle/axle.h"
 #include "axle/fsdp.h"
+#include "fsdp_shards.h"
 #include "test_util.h"
 
 using namespace axle;
@@ -71,22 +72,7 @@ struct TrainRun {
 // The full parameters of an FSDP tree, consolidated from every rank's shards (cpu).
 std::map<std::string, std::vector<float>> consolidate(const FSDP& m) {
   std::map<std::string, std::vector<float>> out;
-  const fsdp::ShardMetadata md = m.get_shard_metadata();
-  std::map<std::string, Tensor> shards;
-  for (const auto& [name, t] : m.named_parameters()) shards[name] = t;
-  for (const auto& p : md.params) {
-    EXPECT_TRUE(shards.count(p.shard_name)) << p.shard_name;
-    if (!shards.count(p.shard_name)) continue;
-    const Tensor whole = dist::all_gather(shards[p.shard_name].detach().cpu());  // [padded, ...] in rank order
-    const std::vector<float> v = whole.contiguous().to_vector<float>();
-    size_t off = 0;
-    for (size_t i = 0; i < p.names.size(); ++i) {
-      int64_t n = 1;
-      for (int64_t d : p.shapes[i]) n *= d;
-      out[p.names[i]] = std::vector<float>(v.begin() + long(off), v.begin() + long(off + size_t(n)));
-      off += size_t(n);
-    }
-  }
+  for (const auto& [name, t] : test::gather_full_params(m)) out[name] = t.to_vector<float>();
   return out;
 }
 

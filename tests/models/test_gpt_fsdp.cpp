@@ -3,7 +3,7 @@
 // against the plain model computing both ranks' halves of the batch.
 //
 // launch() re-executes this binary; a child runs only the test that launched it
-// (tests/test_util.h launch_test_main). Parent-side code never touches the xla device.
+// (tests/support/test_util.h launch_test_main). Parent-side code never touches the xla device.
 #include <gtest/gtest.h>
 
 #include <cmath>

@@ -20,6 +20,7 @@
 #include "ops/op.h"
 #include "spmd/rules.h"
 #include "spmd/sharding.h"
+#include "random.h"
 #include "spmd_harness.h"
 #include "test_util.h"
 
@@ -28,13 +29,7 @@ namespace {
 using namespace axle;
 using test::error_of;
 
-Tensor rnd(const Shape& s, uint32_t seed, double lo = -1, double hi = 1) {
-  std::mt19937 g(seed);
-  std::uniform_real_distribution<double> u(lo, hi);
-  std::vector<float> v(static_cast<size_t>(shape_numel(s)));
-  for (float& x : v) x = float(u(g));
-  return from_vector(v, s);
-}
+using axle::test::rnd;  // tests/support/random.h
 
 /// The decomposed form, written out here as the reference: softmax(q k^T * scale + mask) v,
 /// with `keep` (0 or 1 / (1 - p), broadcastable to the scores) multiplying the weights.

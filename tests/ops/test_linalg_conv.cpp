@@ -9,19 +9,14 @@
 
 #include "axle/axle.h"
 #include "backend/cpu/dnnl.h"
+#include "random.h"
 
 using namespace axle;
 namespace dg = axle::cpu::dnnl_glue;
 
 namespace {
 
-std::vector<float> rand_vec(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
-  std::mt19937 g(seed);
-  std::uniform_real_distribution<float> d(lo, hi);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(g);
-  return v;
-}
+using axle::test::rand_vec;  // tests/support/random.h
 size_t numel_of(const Shape& s) {
   size_t n = 1;
   for (auto d : s) n *= size_t(d);

@@ -17,6 +17,7 @@
 #include "dist/dist_internal.h"
 #include "spmd/device_count.h"
 #include "lazy/ir.h"
+#include "spmd_fixture.h"
 #include "spmd_harness.h"
 #include "test_util.h"
 
@@ -25,33 +26,10 @@ using axle::test::error_of;
 
 namespace {
 
-std::vector<int64_t> iota(int64_t n) {
-  std::vector<int64_t> v(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) v[size_t(i)] = i;
-  return v;
-}
-
+using axle::test::iota;
 // Each test starts from zero counters, a cold cache and SPMD off; devices(n) turns SPMD on
-// with n virtual devices.
-class Spmd : public ::testing::Test {
- protected:
-  void SetUp() override { reset(); }
-  void TearDown() override {
-    dist::detail::set_spmd_mode(false);
-    unsetenv("AXLE_CPU_DEVICES");
-    spmd::reset_device_count();
-  }
-  static void reset() {
-    metrics::reset();
-    lazy::clear_graph_cache();
-  }
-  static void devices(int n) {
-    setenv("AXLE_CPU_DEVICES", std::to_string(n).c_str(), 1);
-    spmd::reset_device_count();
-    runtime::use_spmd();
-  }
-  static void spmd_off() { dist::detail::set_spmd_mode(false); }
-};
+// with n virtual devices (tests/support/spmd_fixture.h).
+using Spmd = axle::test::SpmdFixture;
 
 Tensor host_iota(const Shape& s) {
   int64_t n = 1;

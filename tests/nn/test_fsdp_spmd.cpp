@@ -23,6 +23,7 @@
 #include "lazy/ir.h"
 #include "lazy/lazy_internal.h"
 #include "spmd/device_count.h"
+#include "spmd_fixture.h"
 #include "spmd_harness.h"
 #include "test_util.h"
 
@@ -33,31 +34,10 @@ using fsdp::SpmdFullyShardedDataParallelOptions;
 
 namespace {
 
-std::vector<int64_t> iota(int64_t n) {
-  std::vector<int64_t> v(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) v[size_t(i)] = i;
-  return v;
-}
-
-// Each test starts from zero counters, a cold cache, SPMD off and no global mesh.
-class FsdpSpmd : public ::testing::Test {
- protected:
-  void SetUp() override {
-    metrics::reset();
-    lazy::clear_graph_cache();
-  }
-  void TearDown() override {
-    xs::set_global_mesh(std::nullopt);
-    dist::detail::set_spmd_mode(false);
-    unsetenv("AXLE_CPU_DEVICES");
-    spmd::reset_device_count();
-  }
-  static void devices(int n) {
-    setenv("AXLE_CPU_DEVICES", std::to_string(n).c_str(), 1);
-    spmd::reset_device_count();
-    runtime::use_spmd();
-  }
-};
+using axle::test::iota;
+// Each test starts from zero counters, a cold cache, SPMD off and no global mesh
+// (tests/support/spmd_fixture.h).
+using FsdpSpmd = axle::test::SpmdFixture;
 
 // The seed's mlp (784-256-10), as in test_spmd: fc1 = [1], fc2 = [3].
 std::shared_ptr<nn::Sequential> make_mlp() {

@@ -2,7 +2,7 @@
 // the one-process note, and seed anti-pattern 1: device() before launch().
 //
 // launch() re-executes this binary; main() narrows a child to the test that launched it
-// (as tests/test_dist.cpp does). Cases that must start with a clean process (nothing has
+// (as tests/dist/test_dist.cpp does). Cases that must start with a clean process (nothing has
 // touched the device yet) run a DISABLED helper test of this binary in a subprocess.
 #include <gtest/gtest.h>
 #include <unistd.h>

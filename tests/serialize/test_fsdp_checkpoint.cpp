@@ -18,6 +18,7 @@
 #include "axle/fsdp.h"
 #include "axle/fsdp_checkpoint.h"
 #include "core/tensor_impl.h"
+#include "fsdp_shards.h"
 #include "test_util.h"
 
 using namespace axle;
@@ -440,26 +441,7 @@ void train_steps(nn::Module& model, optim::Optimizer& opt, int rank, int world, 
 // independent stitch of get_shard_metadata), with the buffers of this rank.
 std::map<std::string, Tensor> gathered_state(const fsdp::FSDP& model) {
   const ShardMetadata m = model.get_shard_metadata();
-  std::map<std::string, Tensor> shards;
-  for (const auto& [n, t] : model.named_parameters()) shards[n] = t;
-  std::map<std::string, Tensor> out;
-  for (const auto& p : m.params) {
-    EXPECT_TRUE(shards.count(p.shard_name)) << p.shard_name;
-    if (!shards.count(p.shard_name)) continue;
-    Tensor whole = dist::all_gather(shards[p.shard_name].detach());
-    axle::sync();
-    whole = whole.cpu();
-    if (p.dim0) {
-      out[p.names[0]] = whole.narrow(0, 0, p.shapes[0][0]).contiguous();
-      continue;
-    }
-    int64_t off = 0;
-    for (size_t k = 0; k < p.names.size(); ++k) {
-      const int64_t n = numel_of(p.shapes[k]);
-      out[p.names[k]] = whole.narrow(0, off, n).reshape(p.shapes[k]).contiguous();
-      off += n;
-    }
-  }
+  std::map<std::string, Tensor> out = test::gather_full_params(model);  // tests/support/fsdp_shards.h
   const auto buffers = model.named_buffers();
   EXPECT_EQ(buffers.size(), m.buffer_names.size());
   for (size_t i = 0; i < buffers.size() && i < m.buffer_names.size(); ++i) out[m.buffer_names[i]] = buffers[i].second.cpu();
