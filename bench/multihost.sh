@@ -1,6 +1,6 @@
 #!/bin/sh
 # Multi-host SPMD on one machine: two "hosts" are two network namespaces joined by a veth
-# pair (as tests/two_hosts.h makes them; needs root and iproute2's ip).
+# pair (as tests/support/two_hosts.h makes them; needs root and iproute2's ip).
 #
 #   bench/multihost.sh [BUILD_DIR] [ROUNDS]      # default build, 3 rounds
 #
@@ -8,7 +8,7 @@
 #    threads, shared memory), SPMD across 2 hosts x 2 devices (reduce within the host,
 #    Gloo across, broadcast within) and 2 hosts x 1 device, and a raw Gloo all-reduce of ours
 #    between the same two namespaces (Debian's libgloo-dev ships no benchmark program).
-# 2. the SPMD cnn of tests/multihost_spmd_worker.cpp, seconds per step (after the first):
+# 2. the SPMD cnn of tests/dist/multihost_spmd_worker.cpp, seconds per step (after the first):
 #    2 hosts x 2 devices, 1 host x 4 devices, and DDP with 4 processes on one host.
 # Rounds alternate the configurations; each line is one round. Print the processor with it.
 set -eu

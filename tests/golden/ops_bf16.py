@@ -3,7 +3,7 @@ both sides round them with the same round-to-nearest-even); its fn casts the flo
 bfloat16 inside, so PyTorch computes every op in bf16 (its bf16 kernels: float32 math in
 registers, one rounding per op, float32 accumulation in reductions and GEMMs) and the outputs
 are bf16. Gradients flow back through the casts to the float32 inputs. The C++ rows:
-tests/test_bf16.cpp, which runs each row on cpu and xla under both bf16 compute paths (native
+tests/backend/cpu/test_bf16.cpp, which runs each row on cpu and xla under both bf16 compute paths (native
 oneDNN bf16 and float32 on bf16 storage).
 
 Tolerances: bf16 keeps 8 significant bits (a relative step of 2^-8 = 0.0039); two
