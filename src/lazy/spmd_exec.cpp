@@ -12,6 +12,7 @@
 #include <unordered_map>
 
 #include "axle/xs.h"
+#include "dist/local_devices.h"
 #include "ops/schema.h"
 #include "lazy/lazy_internal.h"
 

@@ -23,7 +23,7 @@
 #include "ops/kernels.h"
 #include "ops/replica_groups.h"
 #include "spmd/device_count.h"
-#include "support/opaque_backend.h"
+#include "opaque_backend.h"
 
 using namespace axle;
 

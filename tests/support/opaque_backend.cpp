@@ -1,5 +1,5 @@
 // The opaque test backend (opaque_backend.h).
-#include "support/opaque_backend.h"
+#include "opaque_backend.h"
 
 #include <omp.h>
 
