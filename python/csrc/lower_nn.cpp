@@ -85,8 +85,8 @@ ConvArgs conv_args(const axle::Tensor& x, const axle::Tensor& w, IntArrayRef str
   ConvArgs a{x, w, vec(stride), vec(padding), vec(dilation), vec(output_padding), groups};
   TORCH_CHECK(x.dim() == 3 || x.dim() == 4, "[", op, "] axle lowers 1-D and 2-D convolutions, got a ", x.dim(),
               "-D input ", c10::IntArrayRef(x.shape()));
-  TORCH_CHECK(x.dtype() == axle::kFloat32 && w.dtype() == axle::kFloat32, "[", op,
-              "] expected float32 input and weight on the xla device");
+  TORCH_CHECK(ops::same_float(x, w), "[", op, "] expected float32 or bfloat16 input and weight of one dtype on the ",
+              "xla device, got ", x.dtype(), " and ", w.dtype());
   if (x.dim() == 3) {  // [N, C, L] -> [N, C, 1, L]
     a.one_d = true;
     a.x = axle::unsqueeze(x, 2);
