@@ -313,12 +313,18 @@ TEST(Fsdp, ComputeDtypeBf16TracksFloat32) {
 TEST(Fsdp, BufferDtypeCastsBuffers) {
   auto bn = std::make_shared<nn::BatchNorm2d>(3);
   FSDP f(bn, {.compute_dtype = kBFloat16});
-  for (const auto& [name, b] : bn->named_buffers())
-    if (is_floating(b.dtype())) EXPECT_EQ(b.dtype(), kBFloat16) << name;
+  for (const auto& [name, b] : bn->named_buffers()) {
+    if (is_floating(b.dtype())) {
+      EXPECT_EQ(b.dtype(), kBFloat16) << name;
+    }
+  }
   auto bn32 = std::make_shared<nn::BatchNorm2d>(3);
   FSDP f32(bn32, {.compute_dtype = kBFloat16, .buffer_dtype = kFloat32});
-  for (const auto& [name, b] : bn32->named_buffers())
-    if (is_floating(b.dtype())) EXPECT_EQ(b.dtype(), kFloat32) << name;
+  for (const auto& [name, b] : bn32->named_buffers()) {
+    if (is_floating(b.dtype())) {
+      EXPECT_EQ(b.dtype(), kFloat32) << name;
+    }
+  }
 }
 
 // ---- F2: bytes per rank, and reshard_after_forward lowers the step's peak
