@@ -569,7 +569,7 @@ template <OpKind K>
 Tensor softmax_like(const Tensor& self, int64_t dim, bool half_to_float, const char* op) {
   TORCH_CHECK(!half_to_float, op, ": conversion from Half to Float is not supported on the xla device");
   axle::Tensor x = ax(self, op);
-  TORCH_CHECK(x.dtype() == axle::kFloat32, op, ": expected a float32 input on the xla device, got ",
+  TORCH_CHECK(ops::is_float_kernel_dtype(x.dtype()), op, ": expected a float32 or bfloat16 input on the xla device, got ",
               axle::dtype_name(x.dtype()));
   dim = softmax_dim(x, dim);
   if (x.dim() == 0) return wrap(axle::squeeze(ops::call1(K, {axle::unsqueeze(x, 0)}, {.ints = {0}}), 0));

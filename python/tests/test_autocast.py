@@ -145,6 +145,13 @@ def test_region_off_inside_and_float16_refused():
             F.linear(x, w)
 
 
+def test_a_bf16_item_is_a_float():
+    """.item() of a bf16 xla tensor (a loss computed in bf16) is its float value, as on cpu (it was truncated)."""
+    for v in (1.5, -2.75, 0.0078125):
+        t = torch.tensor(v, dtype=BF)
+        assert t.to("xla").item() == t.item() == v
+
+
 def test_gradients_reach_fp32_parameters_as_fp32_and_match_pytorch_cpu():
     torch.manual_seed(3)
     model = nn.Sequential(nn.Linear(32, 64), nn.GELU(), nn.Linear(64, 10))
