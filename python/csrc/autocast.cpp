@@ -48,9 +48,12 @@ const ByTable kByTable[] = {
     {"addmm", OpKind::Linear},
     {"_addmm_activation", OpKind::Linear},
     {"linear", OpKind::Linear},
+    {"conv1d", OpKind::Conv2d},  // lowered as a conv2d of height 1
+    {"conv1d.padding", OpKind::Conv2d},
     {"conv2d", OpKind::Conv2d},
     {"conv2d.padding", OpKind::Conv2d},
     {"_convolution.deprecated", OpKind::Conv2d},
+    {"conv_transpose1d", OpKind::ConvTranspose2d},
     {"conv_transpose2d.input", OpKind::ConvTranspose2d},
     {"scaled_dot_product_attention", OpKind::ScaledDotProductAttention},
     // AC_FP32: softmax, log_softmax, layer_norm, the negative log likelihood, prod.

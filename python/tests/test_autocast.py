@@ -3,9 +3,9 @@
 The lists are the C++ autocast's (ops.def's AC_ column; docs/precision.md): matrix products and convolutions
 in bf16; softmax, log_softmax, layer_norm, the losses and the norms in float32; cat promoting. Each result is
 held against PyTorch's own torch.autocast('cpu', torch.bfloat16) on the same inputs where PyTorch's CPU list
-agrees, and the three places it does not (softmax, log_softmax, layer_norm: bf16 in, bf16 out on PyTorch's
-CPU list, float32 out here; scaled_dot_product_attention: bf16 on PyTorch's, float32 here) are asserted as
-such.
+agrees, and the places it does not (softmax, log_softmax, layer_norm, batch_norm, group_norm: bf16 in, bf16
+out on PyTorch's CPU list, float32 out here; scaled_dot_product_attention: bf16 on PyTorch's, float32 here)
+are asserted as such.
 
 Tolerances: a bf16 GEMM output is rounded once to 8 significant bits (a relative step of 2^-8); two
 implementations that accumulate in float32 in a different order may round to neighbouring bf16 values:
@@ -74,6 +74,7 @@ def test_matrix_products_and_conv_run_in_bf16_as_pytorch_cpu():
         "addmm": (lambda b, x, w: torch.addmm(b, x, w.t()), (b, x, w)),
         "bmm": (lambda a, c: torch.bmm(a, c), (a3, b3)),
         "conv2d": (lambda i, k: F.conv2d(i, k, padding=1), (img, k)),
+        "conv1d": (lambda i, k: F.conv1d(i[:, :, 0], k[:, :, 0], padding=1), (img, k)),
     }
     for name, (fn, inputs) in cases.items():
         got, want = both(fn, *inputs)
@@ -105,10 +106,13 @@ def test_softmax_losses_and_norms_run_in_fp32():
         assert rel(got, want) <= 1e-5, (name, rel(got, want))
     # axle's list differs from PyTorch's CPU list here (docs/precision.md): float32 out of a bf16 input, where
     # PyTorch's CPU autocast keeps bf16 (computing inside in float32, so the values agree to bf16's step).
+    # batch_norm and group_norm: axle's composites compute the whole norm in float32.
     differs = {
         "softmax": lambda x: F.softmax(x.to(BF), -1),
         "log_softmax": lambda x: F.log_softmax(x.to(BF), -1),
         "layer_norm": lambda x: F.layer_norm(x.to(BF), (10,), ln_w.to(x.device), ln_b.to(x.device)),
+        "batch_norm": lambda x: F.batch_norm(x.to(BF), None, None, ln_w.to(x.device), ln_b.to(x.device), True),
+        "group_norm": lambda x: F.group_norm(x.to(BF).view(8, 10, 1), 2, ln_w.to(x.device), ln_b.to(x.device)),
     }
     for name, fn in differs.items():
         got, want = both(fn, x)
