@@ -80,10 +80,11 @@ struct XlaFullyShardedDataParallelOptions {
   /// the full parameters alive from forward to backward.
   bool optimization_barrier_in_forward = true;
   bool optimization_barrier_in_backward = true;
-  /// Parameters are gathered and computed in this dtype (shards, gradients and optimizer
-  /// state stay float32); buffers are cast to buffer_dtype. nullopt: unchanged.
-  /// Not supported by v1 yet (the bf16 all-gather and the reduce-scatter into float32 shards are
-  /// missing): setting either is an error; run the forward under axle::autocast instead.
+  /// float32 or bfloat16. Parameters are all-gathered and computed in compute_dtype, and the
+  /// unit's floating input is cast to it; the shards (master weights), their gradients
+  /// (reduce-scattered in the shards' dtype) and the optimizer's state stay float32. The unit's
+  /// floating buffers are cast to buffer_dtype (unset: compute_dtype, as torch_xla).
+  /// nullopt: unchanged. Another dtype is an error.
   std::optional<DType> compute_dtype{};
   std::optional<DType> buffer_dtype{};
   /// Pads each shard to a multiple of this (torch_xla: 128, a TPU all-gather detail; 1 on CPU).
@@ -121,7 +122,7 @@ class XlaFullyShardedDataParallel : public nn::Module {
   /// Shards `module`'s parameters (float32, on one device) over the default process group.
   /// Errors: a null module; a module already wrapped, an FSDP module, or a module inside a
   /// wrapped tree (its parameters belong to another unit); flatten_parameters together with
-  /// shard_param_on_dim_0; compute_dtype / buffer_dtype. A module without forward() throws
+  /// shard_param_on_dim_0; a compute_dtype / buffer_dtype other than float32 or bfloat16. A module without forward() throws
   /// at the first forward (nn::Module's own).
   explicit XlaFullyShardedDataParallel(nn::ModulePtr module, XlaFullyShardedDataParallelOptions o = {});
   ~XlaFullyShardedDataParallel() override;

@@ -104,7 +104,9 @@ at::Scalar local_scalar_dense(const Tensor& self) {
   TORCH_CHECK(v.numel() == 1, "a Tensor with ", v.numel(), " elements cannot be converted to Scalar");
   double d = v.item();
   switch (v.dtype()) {
-    case axle::DType::Float32: return at::Scalar(d);
+    case axle::DType::Float32:
+    case axle::DType::BFloat16:
+    case axle::DType::Float16: return at::Scalar(d);
     case axle::DType::Bool: return at::Scalar(d != 0);
     default: return at::Scalar(int64_t(d));
   }

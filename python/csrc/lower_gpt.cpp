@@ -179,8 +179,8 @@ std::tuple<Tensor, Tensor, Tensor> native_layer_norm_backward(const Tensor& grad
 Tensor gelu_backward(const Tensor& grad, const Tensor& self, c10::string_view approximate) {
   TORCH_CHECK(approximate == "none" || approximate == "tanh", "approximate argument must be either none or tanh.");
   axle::Tensor g = ax(grad, "gelu_backward"), x = ax(self, "gelu_backward");
-  TORCH_CHECK(x.dtype() == axle::kFloat32 && g.dtype() == axle::kFloat32,
-              "[gelu_backward] expected float32 tensors on the xla device, got ", c10::toString(self.scalar_type()));
+  TORCH_CHECK(ops::same_float(x, g), "[gelu_backward] expected float32 or bfloat16 tensors of one dtype on the xla ",
+              "device, got ", c10::toString(self.scalar_type()), " and ", c10::toString(grad.scalar_type()));
   return wrap(ops::call1(ops::OpKind::GeluBackward, {g, x}, ops::attr::GeluBackward{.tanh = approximate == "tanh"}.pack()));
 }
 

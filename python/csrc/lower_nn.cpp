@@ -85,8 +85,8 @@ ConvArgs conv_args(const axle::Tensor& x, const axle::Tensor& w, IntArrayRef str
   ConvArgs a{x, w, vec(stride), vec(padding), vec(dilation), vec(output_padding), groups};
   TORCH_CHECK(x.dim() == 3 || x.dim() == 4, "[", op, "] axle lowers 1-D and 2-D convolutions, got a ", x.dim(),
               "-D input ", c10::IntArrayRef(x.shape()));
-  TORCH_CHECK(x.dtype() == axle::kFloat32 && w.dtype() == axle::kFloat32, "[", op,
-              "] expected float32 input and weight on the xla device");
+  TORCH_CHECK(ops::same_float(x, w), "[", op, "] expected float32 or bfloat16 input and weight of one dtype on the ",
+              "xla device, got ", x.dtype(), " and ", w.dtype());
   if (x.dim() == 3) {  // [N, C, L] -> [N, C, 1, L]
     a.one_d = true;
     a.x = axle::unsqueeze(x, 2);
@@ -569,7 +569,7 @@ template <OpKind K>
 Tensor softmax_like(const Tensor& self, int64_t dim, bool half_to_float, const char* op) {
   TORCH_CHECK(!half_to_float, op, ": conversion from Half to Float is not supported on the xla device");
   axle::Tensor x = ax(self, op);
-  TORCH_CHECK(x.dtype() == axle::kFloat32, op, ": expected a float32 input on the xla device, got ",
+  TORCH_CHECK(ops::is_float_kernel_dtype(x.dtype()), op, ": expected a float32 or bfloat16 input on the xla device, got ",
               axle::dtype_name(x.dtype()));
   dim = softmax_dim(x, dim);
   if (x.dim() == 0) return wrap(axle::squeeze(ops::call1(K, {axle::unsqueeze(x, 0)}, {.ints = {0}}), 0));

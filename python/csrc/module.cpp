@@ -7,6 +7,9 @@
 
 #include <memory>
 #include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
 
 #include "axle/compile.h"
 #include "axle/data/sampler.h"
@@ -85,6 +88,7 @@ using namespace axle_py;
 
 namespace axle_py {
 void init_spmd(py::module_& m);  // spmd.cpp
+std::vector<std::tuple<std::string, std::string, std::string>> autocast_ops();  // autocast.cpp
 }
 void init_dist(py::module_& m);  // dist.cpp
 
@@ -171,6 +175,9 @@ PYBIND11_MODULE(_C, m) {
       py::arg("n"), py::arg("seed"), py::arg("epoch") = 0, py::arg("world") = 1, py::arg("rank") = 0,
       "epoch `epoch`'s indices of a data set of n samples as axle's shuffling samplers give them: RandomSampler(n, "
       "seed) for world 1, else rank `rank`'s share of DistributedSampler(n, world, rank, shuffle=True, seed)");
+  m.def("_autocast_ops", &autocast_ops,
+        "torch.autocast('xla')'s list (autocast.cpp): (aten operator, the ops.def entry whose AC_ rule it takes or '' "
+        "for a composite, the rule: lower, fp32 or promote)");
   init_spmd(m);  // axle._C._spmd (spmd.cpp)
   init_dist(m);  // dist.cpp: launch, the xla process group, xm collectives
 }

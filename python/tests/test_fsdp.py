@@ -91,6 +91,28 @@ def test_wrapped_mlp_trains_as_the_plain_one(option):
     assert all(getattr(p, "_axle_fsdp_shard", False) for p in net.parameters())
 
 
+def test_compute_dtype_bf16_tracks_float32():
+    """compute_dtype=torch.bfloat16: the shards gathered and the model computed in bf16 (the loss too, as on
+    torch_xla), the shards and their gradients float32; 6 steps within 2% of the float32 run (measured 0.34%; bf16: 8
+    significant bits, rounding every activation and weight). buffer_dtype defaults to compute_dtype."""
+    plain, _ = train(mlp, lambda m: FSDP(m))
+    for opts in (dict(), dict(auto_wrap_policy=linear_policy, flatten_parameters=False)):
+        bf, net = train(mlp, lambda m: FSDP(m, compute_dtype=torch.bfloat16, **opts))
+        worst = max(abs(a - b) / b for a, b in zip(bf, plain))
+        print("bf16 vs fp32 losses", opts, f"{worst:.4f}")
+        assert bf != plain and worst <= 2e-2, (opts, plain, bf)
+        for p in net.parameters():
+            assert p.dtype == torch.float32 and p.grad.dtype == torch.float32
+        assert net(torch.randn(2, 20).to("xla")).dtype == torch.bfloat16
+    bn = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4)).to("xla")
+    FSDP(bn, compute_dtype=torch.bfloat16)
+    assert bn[1].running_mean.dtype == bn[1].running_var.dtype == torch.bfloat16
+    assert bn[1].num_batches_tracked.dtype == torch.int64
+    bn32 = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4)).to("xla")
+    FSDP(bn32, compute_dtype=torch.bfloat16, buffer_dtype=torch.float32)
+    assert bn32[1].running_mean.dtype == torch.float32
+
+
 def test_tied_and_frozen_parameters():
     plain, _ = train(Tied, inputs=12)
     # One unit: a weight shared by two modules of different units would be two shards.
@@ -155,8 +177,10 @@ def test_consolidation_errors(tmp_path):
 
 def test_errors_name_what_was_expected():
     m = mlp().to("xla")
-    with pytest.raises(ValueError, match="compute_dtype / buffer_dtype are not supported"):
-        FSDP(m, compute_dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="expected compute_dtype torch.float32 or torch.bfloat16, got torch.float16"):
+        FSDP(m, compute_dtype=torch.float16)
+    with pytest.raises(ValueError, match="expected buffer_dtype torch.float32 or torch.bfloat16, got torch.float64"):
+        FSDP(m, buffer_dtype=torch.float64)
     with pytest.raises(ValueError, match="flatten_parameters and shard_param_on_dim_0 exclude each other"):
         FSDP(m, shard_param_on_dim_0=True)
     with pytest.raises(TypeError, match="unknown option.*: no_such_option"):

@@ -76,12 +76,16 @@ Graph build_graph(const std::vector<Value>& roots) {
   for (const Value& r : roots) g.outputs.push_back({r.node->index, r.index});
 
   // The roots' hashes cover every node's contents; what they cannot tell apart is which
-  // data node each use reads (add(x, x) vs add(x, y)): that is mixed in per data
-  // operand, by its input index (LTC's "parameter sequence").
+  // node each use reads where two nodes hash alike: add(x, x) vs add(x, y) for data nodes
+  // (LTC's "parameter sequence"), and as much for any two nodes of one content, such as
+  // cast(x) and cast(y) (x * cast(y) vs x * cast(x) would share a compiled program). So the
+  // topology is mixed in: every use by the position of the node it reads in this post-order.
   uint64_t h = 0xCBF29CE484222325ull;
   for (const Node* n : g.nodes)
-    for (const Value& v : n->operands)
-      if (v.node && v.node->kind == NodeKind::Data) mix(h, uint64_t(v.node->index));
+    for (const Value& v : n->operands) {
+      mix(h, v.node ? uint64_t(v.node->index) : ~uint64_t(0));
+      mix(h, uint64_t(v.index));
+    }
   mix(h, g.outputs.size());
   for (size_t r = 0; r < roots.size(); ++r) {
     mix(h, roots[r].node->hash);

@@ -13,7 +13,7 @@ struct Graph {
   std::vector<Node*> nodes;                   ///< topological order
   std::vector<int> inputs;                    ///< node indices of Data nodes, in order of first use
   std::vector<std::pair<int, int>> outputs;   ///< (node index, output index) per root
-  uint64_t hash = 0;                          ///< the roots' node hashes + which input each data use is; never data
+  uint64_t hash = 0;                          ///< the roots' node hashes + which node each use reads (the topology); never data
   /// Graphviz form.
   std::string dot(const std::string& name) const;
 };

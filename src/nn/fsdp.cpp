@@ -185,12 +185,14 @@ struct XlaFullyShardedDataParallel::Unit {
   int world = 1;
   int rank = 0;
   bool on_xla = false;
+  std::optional<DType> compute;  ///< compute_dtype: the fulls' dtype (the shards keep theirs)
 
   // The full values of fp gathered from the shards (no autograd); `after`, when defined,
   // passes an optimization barrier with the shard, so the gather runs after it is computed.
   std::vector<Tensor> gather(const FlatParam& fp, const Tensor& after = {}) const {
     Tensor src = fp.shard.detach();
     if (after.defined()) src = barrier({src, after})[0];
+    if (compute && src.dtype() != *compute) src = cast(src, *compute);  // gathered in the compute dtype
     // world 1: a copy, so that a full never shares the shard's value.
     const Tensor g = world > 1 ? dist::all_gather(src) : src.clone();
     std::vector<Tensor> out;
@@ -230,6 +232,8 @@ struct XlaFullyShardedDataParallel::Unit {
         parts.push_back(zeros({fp.padded - n}, {.dtype = parts[0].dtype(), .device = parts[0].device()}));
       flat = parts.size() == 1 ? parts[0] : cat(parts, 0);
     }
+    // compute_dtype: the gradient reduced in the shard's dtype (float32), as torch_xla's fp32_reduce_scatter.
+    if (flat.dtype() != fp.shard.dtype()) flat = cast(flat, fp.shard.dtype());
     const Tensor g = world > 1 ? dist::reduce_scatter(flat, dist::ReduceOp::Mean) : flat.clone();
     fp.shard.set_grad(fp.shard.grad().defined() ? add(fp.shard.grad(), g) : g);
     for (size_t i = 0; i < fp.fulls.size(); ++i) {
@@ -257,13 +261,13 @@ XlaFullyShardedDataParallel::XlaFullyShardedDataParallel(ModulePtr module, XlaFu
   AXLE_CHECK(opts_.shard_size_multiple >= 1, me, " expected shard_size_multiple >= 1, got ", opts_.shard_size_multiple);
   AXLE_CHECK(!(opts_.flatten_parameters && opts_.shard_param_on_dim_0), me,
              " flatten_parameters and shard_param_on_dim_0 exclude each other (dim-0 sharding keeps each parameter's shape)");
-  AXLE_CHECK(!opts_.compute_dtype && !opts_.buffer_dtype, me,
-             " compute_dtype / buffer_dtype are not supported by v1 yet (missing: the all-gather in the compute dtype "
-             "and the reduce-scatter of its gradients into float32 shards); leave them unset and run the forward under "
-             "axle::autocast(device, DType::BFloat16) for bf16 compute (axle-train --precision bf16)");
+  for (const auto& [what, d] : {std::pair{"compute_dtype", opts_.compute_dtype}, {"buffer_dtype", opts_.buffer_dtype}})
+    AXLE_CHECK(!d || *d == kFloat32 || *d == kBFloat16, me, " expected ", what, " float32 or bfloat16, got ", *d);
+  if (!opts_.buffer_dtype) opts_.buffer_dtype = opts_.compute_dtype;  // torch_xla: buffers default to compute_dtype
   Unit& u = *unit_;
   u.world = runtime::world_size();
   u.rank = runtime::global_ordinal();
+  u.compute = opts_.compute_dtype;
   register_module("_fsdp_wrapped_module", module_);
   training_ = module_->is_training();
 
@@ -386,6 +390,16 @@ XlaFullyShardedDataParallel::XlaFullyShardedDataParallel(ModulePtr module, XlaFu
     if (u.on_xla) axle::sync();  // the shards exist now, not inside the first step's graph
   }
 
+  // buffer_dtype: this unit's floating buffers (inner units cast their own) in that dtype.
+  if (opts_.buffer_dtype) {
+    NoGradGuard no_grad;
+    walk_unowned(*module_, "", [&](Module& m, const std::string&) {
+      for (auto& [name, b] : m.named_buffers(false))
+        if (b.defined() && is_floating(b.dtype()) && b.dtype() != *opts_.buffer_dtype)
+          rebind_data(b, cast(b, *opts_.buffer_dtype));
+    });
+  }
+
   // Gradients: reduce-scattered into the shard once every trainable full of fp has one.
   std::weak_ptr<Unit> weak = unit_;
   for (size_t fi = 0; fi < u.params.size(); ++fi) {
@@ -421,7 +435,9 @@ Tensor XlaFullyShardedDataParallel::forward(const Tensor& x) {
     }
   }
   Tensor in = x;
-  if (opts_.optimization_barrier_in_forward) in = barrier({x})[0];
+  // compute_dtype: a floating input cast to it (autograd-recorded: its gradient comes back in x's dtype).
+  if (u.compute && in.defined() && is_floating(in.dtype()) && in.dtype() != *u.compute) in = cast(in, *u.compute);
+  if (opts_.optimization_barrier_in_forward) in = barrier({in})[0];
   Tensor out = module_->forward(in);
   // Backward reads a re-gather; the forward gather dies at its last forward use. (On cpu
   // the saved values keep the gathered storage: nothing to gain.)

@@ -39,6 +39,24 @@ DType autocast::dtype(const Device& device) { return region(device.type).dtype; 
 
 namespace ops {
 
+std::optional<DType> autocast_target(OpKind k, AutocastRule rule, DType region, const std::vector<DType>& floating) {
+  switch (rule) {
+    case AutocastRule::None: return std::nullopt;
+    case AutocastRule::Lower:
+      // scaled_dot_product_attention's shape rule takes float32 only so far (no bf16 attention
+      // kernel yet): it computes in float32, its AC_LOWER taking effect once it takes bf16.
+      return k == OpKind::ScaledDotProductAttention ? DType::Float32 : region;
+    case AutocastRule::Fp32: return DType::Float32;
+    case AutocastRule::Promote: {  // the widest floating input type
+      if (floating.empty()) return std::nullopt;
+      DType to = floating[0];
+      for (DType t : floating) to = promote(to, t);
+      return to;
+    }
+  }
+  return std::nullopt;
+}
+
 bool autocast_inputs(OpKind k, AutocastRule rule, DeviceType dev, const Tensors& in, Tensors& out) {
   const Region& r = region(dev);
   if (!r.enabled || rule == AutocastRule::None) return false;
@@ -47,32 +65,17 @@ bool autocast_inputs(OpKind k, AutocastRule rule, DeviceType dev, const Tensors&
   auto eligible = [&](const Tensor& t) {
     return t.defined() && is_floating(t.dtype()) && t.device().type == dev;
   };
-  DType to = DType::Float32;
-  switch (rule) {
-    case AutocastRule::None: return false;
-    case AutocastRule::Lower:
-      // scaled_dot_product_attention's shape rule takes float32 only so far (no bf16 attention
-      // kernel yet): it computes in float32, its AC_LOWER taking effect once it takes bf16.
-      to = k == OpKind::ScaledDotProductAttention ? DType::Float32 : r.dtype;
-      break;
-    case AutocastRule::Fp32: to = DType::Float32; break;
-    case AutocastRule::Promote: {  // the widest floating input type
-      bool any = false;
-      for (const Tensor& t : in) {
-        if (!eligible(t)) continue;
-        to = any ? promote(to, t.dtype()) : t.dtype();
-        any = true;
-      }
-      if (!any) return false;
-      break;
-    }
-  }
+  std::vector<DType> floating;
+  for (const Tensor& t : in)
+    if (eligible(t)) floating.push_back(t.dtype());
+  const std::optional<DType> to = autocast_target(k, rule, r.dtype, floating);
+  if (!to) return false;
   bool changed = false;
-  for (const Tensor& t : in) changed = changed || (eligible(t) && t.dtype() != to);
+  for (const Tensor& t : in) changed = changed || (eligible(t) && t.dtype() != *to);
   if (!changed) return false;
   out.clear();
   out.reserve(in.size());
-  for (const Tensor& t : in) out.push_back(eligible(t) && t.dtype() != to ? cast(t, to) : t);
+  for (const Tensor& t : in) out.push_back(eligible(t) && t.dtype() != *to ? cast(t, *to) : t);
   return true;
 }
 

@@ -5,6 +5,8 @@ tests/golden/<family>.cpp, tests/ops/test_golden.cpp).
 Run with the PyTorch 2.x venv (setup: /work/shared/reference/peers/setup.sh):
     /root/.cache/axle-peers/pt215/bin/python tests/golden/gen_ops.py            # every family
     /root/.cache/axle-peers/pt215/bin/python tests/golden/gen_ops.py reduce     # ops_reduce.py only
+or with the venv `make python` makes (torch 2.15.0 too; golden_ops_bf16 was written by it):
+    ~/.cache/axle/venv-torch-2.15.0/bin/python tests/golden/gen_ops.py bf16
 
 Every tests/golden/ops_<family>.py defines `rows()`, yielding Row(name, fn, inputs, ...): fn is
 the PyTorch call (the same call the C++ row makes with axle), inputs are float32 (or integer,

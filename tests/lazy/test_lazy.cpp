@@ -483,6 +483,30 @@ TEST(Lazy, GraphHashTellsApartWhichInputEachUseReads) {
   EXPECT_EQ(metrics::counter_value("CachedCompile"), 1);
 }
 
+TEST(Lazy, GraphHashTellsApartWhichNodeEachUseReads) {
+  // The same for two nodes of one content that are not data: neg(x) and neg(y) hash alike
+  // (a neg of a float32[3] input each), so a * b * b and a * b * a (a = neg(x), b = neg(y))
+  // differ only in which of them the last use reads. (Found by the bf16 golden row chain_fused:
+  // the gradients of x and y through tanh(cast(x) * cast(y)), read one after the other, ran
+  // one program.)
+  cold_start();
+  Tensor x = full({3}, 2.0).to(device()), y = full({3}, 5.0).to(device());
+  axle::sync();
+  auto last_reads_b = [&] {
+    Tensor a = neg(x), b = neg(y);
+    return mul(mul(a, b), b).to_vector<float>()[0];
+  };
+  auto last_reads_a = [&] {
+    Tensor a = neg(x), b = neg(y);
+    return mul(mul(a, b), a).to_vector<float>()[0];
+  };
+  EXPECT_EQ(last_reads_b(), -50.0f);
+  EXPECT_EQ(last_reads_a(), -20.0f);
+  EXPECT_EQ(metrics::counter_value("UncachedCompile"), 2);
+  EXPECT_EQ(last_reads_b(), -50.0f);  // the first graph again: cached
+  EXPECT_EQ(metrics::counter_value("CachedCompile"), 1);
+}
+
 // ---- asynchronous execution (experimental::async_execution / AXLE_ASYNC=1)
 #include <atomic>
 #include <condition_variable>

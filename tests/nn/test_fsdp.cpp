@@ -6,7 +6,9 @@
 // tests/support/test_util.h launch_test_main). Parent-side code never touches the xla device.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -253,6 +255,78 @@ TEST(Fsdp, MatchesDdpCnn) {
   });
 }
 
+// ---- compute_dtype: bf16 compute over float32 master shards
+
+// compute_dtype = bf16: each unit gathers its shards in bf16 and computes in bf16 (its floating
+// input cast to bf16), while the shards, their gradients (reduce-scattered in float32) and the
+// optimizer's momentum stay float32. 20 steps track the float32 run: losses within 2% and
+// parameters within 2% of their largest value (bf16 keeps 8 significant bits: the weights and
+// activations round at 2^-9 relative each step, and the differences build up over the steps;
+// measured here: 0.5% on the losses, 0.6% on the parameters, printed by the test).
+TEST(Fsdp, ComputeDtypeBf16TracksFloat32) {
+  constexpr int kSteps = 20, kBatch = 16;
+  run_ranks(2, [](int rank) {
+    const TrainRun fp32 = train("mlp", Mode::Fsdp, rank, 2, kSteps, kBatch);
+    const TrainRun bf16 = train("mlp", Mode::Fsdp, rank, 2, kSteps, kBatch, {.compute_dtype = kBFloat16});
+    EXPECT_LT(bf16.losses.back(), 0.8 * bf16.losses.front());
+    expect_same(bf16, fp32, 2e-2, 2e-2);
+    double worst_loss = 0, worst_param = 0;
+    for (size_t i = 0; i < fp32.losses.size(); ++i)
+      worst_loss = std::max(worst_loss, std::abs(bf16.losses[i] - fp32.losses[i]) / std::abs(fp32.losses[i]));
+    for (const auto& [name, w] : fp32.params) {
+      double scale = 1e-12, worst = 0;
+      for (float v : w) scale = std::max(scale, double(std::abs(v)));
+      for (size_t i = 0; i < w.size(); ++i) worst = std::max(worst, std::abs(double(bf16.params.at(name)[i]) - w[i]));
+      worst_param = std::max(worst_param, worst / scale);
+    }
+    if (rank == 0) std::printf("bf16 vs fp32: losses %.4f, parameters %.4f (worst relative)\n", worst_loss, worst_param);
+    bool differs = false;  // bf16 for real: not the float32 run bit for bit
+    for (size_t i = 0; i < fp32.losses.size(); ++i) differs = differs || bf16.losses[i] != fp32.losses[i];
+    EXPECT_TRUE(differs);
+    const TrainRun nested = train("mlp", Mode::Fsdp, rank, 2, kSteps, kBatch,
+                                  {.flatten_parameters = true, .compute_dtype = kBFloat16,
+                                   .auto_wrap_policy = fsdp::transformer_auto_wrap_policy({"Linear"})});
+    expect_same(nested, fp32, 2e-2, 2e-2);
+
+    // Inside a step: the fulls and the output bf16; the shards, their gradients and the
+    // input's gradient float32.
+    auto net = nn::to(make_mlp(), device());
+    auto lin = std::dynamic_pointer_cast<nn::Linear>((*std::dynamic_pointer_cast<nn::Sequential>(net))[0]);
+    FSDP f(net, {.compute_dtype = kBFloat16});
+    auto guard = axle::step();
+    Tensor x = randn({4, 20}).to(device());
+    x.set_requires_grad(true);
+    Tensor out = f(x);
+    EXPECT_EQ(out.dtype(), kBFloat16);
+    EXPECT_EQ(lin->weight.dtype(), kBFloat16);  // gathered, held until its gradient is reduced
+    out.to(kFloat32).sum().backward();
+    EXPECT_EQ(x.grad().dtype(), kFloat32);
+    for (const Tensor& p : f.parameters()) {
+      EXPECT_EQ(p.dtype(), kFloat32);
+      ASSERT_TRUE(p.grad().defined());
+      EXPECT_EQ(p.grad().dtype(), kFloat32);
+    }
+  });
+}
+
+// buffer_dtype (default: compute_dtype, as torch_xla) casts the unit's floating buffers.
+TEST(Fsdp, BufferDtypeCastsBuffers) {
+  auto bn = std::make_shared<nn::BatchNorm2d>(3);
+  FSDP f(bn, {.compute_dtype = kBFloat16});
+  for (const auto& [name, b] : bn->named_buffers()) {
+    if (is_floating(b.dtype())) {
+      EXPECT_EQ(b.dtype(), kBFloat16) << name;
+    }
+  }
+  auto bn32 = std::make_shared<nn::BatchNorm2d>(3);
+  FSDP f32(bn32, {.compute_dtype = kBFloat16, .buffer_dtype = kFloat32});
+  for (const auto& [name, b] : bn32->named_buffers()) {
+    if (is_floating(b.dtype())) {
+      EXPECT_EQ(b.dtype(), kFloat32) << name;
+    }
+  }
+}
+
 // ---- F2: bytes per rank, and reshard_after_forward lowers the step's peak
 
 TEST(Fsdp, MemoryPerRank) {
@@ -470,7 +544,10 @@ TEST(Fsdp, Guards) {
                "reduce-scattered gradients");
   EXPECT_EQ(fsdp::param_role(f2.parameters()[0]), fsdp::ParamRole::Shard);
   EXPECT_EQ(fsdp::param_role(net2->parameters().empty() ? Tensor() : net2->parameters()[0]), fsdp::ParamRole::None);
-  expect_error([] { FSDP bad(make_mlp(), {.compute_dtype = kFloat32}); }, "compute_dtype");
+  expect_error([] { FSDP bad(make_mlp(), {.compute_dtype = kInt64}); },
+               "[XlaFullyShardedDataParallel] expected compute_dtype float32 or bfloat16, got int64");
+  expect_error([] { FSDP bad(make_mlp(), {.buffer_dtype = DType::Float16}); },
+               "expected buffer_dtype float32 or bfloat16, got float16");
   expect_error([] { FSDP bad(make_mlp(), {.flatten_parameters = true, .shard_param_on_dim_0 = true}); },
                "exclude each other");
 }

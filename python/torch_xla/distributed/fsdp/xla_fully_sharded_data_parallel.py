@@ -27,8 +27,10 @@ again (behind an optimization barrier, so the compiler cannot merge it with the 
 the values autograd saved read the re-gathered parameters: the forward's copy dies at its last
 forward use. On the xla device all of this is ops of the step's one graph.
 
-Differences from torch_xla: float32 only (``compute_dtype`` / ``buffer_dtype`` refused until
-axle has bfloat16); ``sharding_groups`` (hybrid sharding) refused; ``flatten_parameters``
+``compute_dtype`` (float32 or bfloat16): the shards are all-gathered and the unit computes in it (its
+floating inputs cast), while the shards, their gradients (cast back before the reduce-scatter) and
+the optimizer state stay float32; ``buffer_dtype`` (default: ``compute_dtype``) casts the unit's
+floating buffers. Differences from torch_xla: ``sharding_groups`` (hybrid sharding) refused; ``flatten_parameters``
 defaults to torch_xla's ``True`` while axle's C++ FSDP defaults to ``False``; the state_dict's
 keys and ``get_shard_metadata()``'s layout are axle's own, read by
 ``consolidate_sharded_model_checkpoints``.
@@ -157,9 +159,9 @@ class XlaFullyShardedDataParallel(nn.Module):
                 raise ValueError(f"{_ME} cannot wrap this {type(module).__name__}: its module "
                                  f"'{prefix[:-1] or '(itself)'}' ({type(m).__name__}) is already wrapped with FSDP "
                                  "(its parameters belong to another unit); wrap each module once")
-        if compute_dtype not in (None, torch.float32) or buffer_dtype not in (None, torch.float32):
-            raise ValueError(f"{_ME} compute_dtype / buffer_dtype are not supported yet (axle's FSDP v1 computes in "
-                             f"float32); got compute_dtype={compute_dtype}, buffer_dtype={buffer_dtype}")
+        for what, d in (("compute_dtype", compute_dtype), ("buffer_dtype", buffer_dtype)):
+            if d not in (None, torch.float32, torch.bfloat16):
+                raise ValueError(f"{_ME} expected {what} torch.float32 or torch.bfloat16, got {d}")
         if sharding_groups is not None or sharding_rank is not None or sharding_world_size is not None:
             raise ValueError(f"{_ME} sharding_groups / sharding_rank / sharding_world_size are not supported on axle: "
                              "it shards over the whole job")
@@ -180,7 +182,9 @@ class XlaFullyShardedDataParallel(nn.Module):
                           disable_reshard_on_root=disable_reshard_on_root, shard_size_multiple=shard_size_multiple,
                           shard_param_on_dim_0=shard_param_on_dim_0,
                           pin_layout_in_collective_ops=pin_layout_in_collective_ops,
-                          fp32_reduce_scatter=fp32_reduce_scatter)
+                          fp32_reduce_scatter=fp32_reduce_scatter, compute_dtype=compute_dtype,
+                          buffer_dtype=buffer_dtype)
+        self._compute_dtype = compute_dtype
         self.world_size = xm.world_size()
         self.rank = xm.global_ordinal()
         self._no_sync = False
@@ -206,6 +210,12 @@ class XlaFullyShardedDataParallel(nn.Module):
             if _is_unit(m):
                 m._axle_inner_unit = True  # not the root: its reshard_after_forward always applies
         self._shard(device)
+        buffer_dtype = buffer_dtype or compute_dtype  # torch_xla: buffers default to compute_dtype
+        if buffer_dtype is not None:  # this unit's floating buffers (inner units cast their own)
+            for m, _ in _walk_unowned(module):
+                for name, b in m._buffers.items():
+                    if b is not None and b.is_floating_point() and b.dtype != buffer_dtype:
+                        m._buffers[name] = b.to(buffer_dtype)
         if execute_sharding_on_init:
             axle._C._sync()
 
@@ -275,6 +285,8 @@ class XlaFullyShardedDataParallel(nn.Module):
     # ------------------------------------------------------------ the collectives
 
     def _all_gather(self, shard):
+        if self._compute_dtype is not None and shard.dtype != self._compute_dtype:
+            shard = shard.to(self._compute_dtype)  # gathered (and computed) in the compute dtype
         # One process: the shard is the whole (padded) tensor; a copy, never the parameter itself.
         return shard.clone() if self.world_size == 1 else axle._C._all_gather(shard)
 
@@ -313,6 +325,8 @@ class XlaFullyShardedDataParallel(nn.Module):
                 out.append(None)
                 continue
             shard = getattr(self, g.shard_name)
+            # compute_dtype: the gradients back in the shard's dtype (float32) before they are summed
+            mine = [x.to(shard.dtype) if x is not None else None for x in mine]
             if g.dim0:
                 full = mine[0]
                 if g.padded > full.shape[0]:
@@ -354,6 +368,11 @@ class XlaFullyShardedDataParallel(nn.Module):
         return not getattr(self, "_axle_inner_unit", False)
 
     def forward(self, *args, **kwargs):
+        if self._compute_dtype is not None:  # floating inputs in the compute dtype, as torch_xla
+            def cast(t):
+                return t.to(self._compute_dtype) if torch.is_tensor(t) and t.is_floating_point() else t
+            args = tuple(cast(a) for a in args)
+            kwargs = {k: cast(v) for k, v in kwargs.items()}
         shards = [getattr(self, g.shard_name) for g in self._groups]
         call = _Call(self)
         if torch.is_grad_enabled() and any(s.requires_grad for s in shards):
