@@ -11,7 +11,8 @@
 // divisor); adaptive avg runs oneDNN when the output divides the input, else a small kernel of its own.
 #include <algorithm>
 #include <cmath>
-#include <type_traits>
+#include <bit>
+#include <cstdint>
 
 #include "axle/ops.h"
 #include "backend/cpu/dnnl.h"
@@ -239,9 +240,22 @@ bool is_2x2(const PoolCfg& c, const PoolGeom& g) {
   return c.kh == 2 && c.kw == 2 && c.sh == 2 && c.sw == 2 && full_windows(g, c);
 }
 
-// float32 or bf16 elements (T): compared as float32, the chosen element copied (exact).
+// float32 or bf16 elements (T): compared as float32, the maximum stored back exactly (a
+// widened bf16 has 16 zero low bits); the backward moves raw element bits (no arithmetic).
 inline float ld(float v) { return v; }
 inline float ld(bfloat16 v) { return bfloat16::to_float(v.bits); }
+inline void st(float& d, float m) { d = m; }
+inline void st(bfloat16& d, float m) { d.bits = uint16_t(std::bit_cast<uint32_t>(m) >> 16); }
+inline float raw(float v) { return v; }
+inline uint16_t raw(bfloat16 v) { return v.bits; }
+inline void put(float& d, float v) { d = v; }
+inline void put(bfloat16& d, uint16_t v) { d.bits = v; }
+// x > 0 (a bf16's test on its bits, in 16-bit lanes: 0 < bits <= +inf's; NaN and -0 are not).
+inline bool positive(float v) { return v > 0.0f; }
+inline bool positive(bfloat16 v) { return uint16_t(v.bits - 1u) < uint16_t(0x7f80u); }
+// v where b, else 0 (bf16 bits masked: branch-free, so the loop vectorises).
+inline float keep_if(bool b, float v) { return b ? v : 0.0f; }
+inline uint16_t keep_if(bool b, uint16_t v) { return uint16_t(v & uint16_t(-int(b))); }
 
 template <class T, class I>
 void max_fwd_nhwc_2x2(const T* x, const PoolGeom& g, T* y, I* ws) {
@@ -272,10 +286,7 @@ void max_fwd_nhwc_2x2(const T* x, const PoolGeom& g, T* y, I* ws) {
           t = (v3 > m) | (v3 != v3);
           k = t ? 3 : k;
           m = t ? v3 : m;
-          if constexpr (std::is_same_v<T, float>)
-            yo[c] = m;
-          else
-            yo[c] = k == 0 ? p00[c] : k == 1 ? p01[c] : k == 2 ? p10[c] : p11[c];
+          st(yo[c], m);
           kb[cc] = k;
         }
         for (int64_t cc = 0; cc < nc; ++cc) wo[c0 + cc] = I(kb[cc]);
@@ -288,8 +299,9 @@ void max_fwd_nhwc_2x2(const T* x, const PoolGeom& g, T* y, I* ws) {
 template <class T, class I>
 void max_bwd_nhwc_2x2(const T* gy, const I* ws, const PoolGeom& g, T* gx, const T* ym = nullptr) {
   const int64_t C = g.C, W = g.W, H = g.H, OH = g.OH, OW = g.OW, rows = g.N * OH;
-  const T zero{};
-  if (H != 2 * OH || W != 2 * OW) std::fill(gx, gx + g.N * H * W * C, zero);  // rows/cols no window covers
+  using R = decltype(raw(T{}));
+  const R zero{};
+  if (H != 2 * OH || W != 2 * OW) std::fill(gx, gx + g.N * H * W * C, T{});  // rows/cols no window covers
 #pragma omp parallel for schedule(static) if (rows * OW * C >= cpu::kParallelGrain / 4)
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t n = r / OH, i = r % OH;
@@ -303,22 +315,22 @@ void max_bwd_nhwc_2x2(const T* gy, const I* ws, const PoolGeom& g, T* gx, const 
 #pragma omp simd
         for (int64_t c = 0; c < C; ++c) {
           const int32_t k = int32_t(wo[c]);
-          const T v = ld(mo[c]) > 0.0f ? go[c] : zero;
-          p00[c] = k == 0 ? v : zero;
-          p01[c] = k == 1 ? v : zero;
-          p10[c] = k == 2 ? v : zero;
-          p11[c] = k == 3 ? v : zero;
+          const R v = keep_if(positive(mo[c]), raw(go[c]));
+          put(p00[c], k == 0 ? v : zero);
+          put(p01[c], k == 1 ? v : zero);
+          put(p10[c], k == 2 ? v : zero);
+          put(p11[c], k == 3 ? v : zero);
         }
         continue;
       }
 #pragma omp simd
       for (int64_t c = 0; c < C; ++c) {
         const int32_t k = int32_t(wo[c]);
-        const T v = go[c];
-        p00[c] = k == 0 ? v : zero;
-        p01[c] = k == 1 ? v : zero;
-        p10[c] = k == 2 ? v : zero;
-        p11[c] = k == 3 ? v : zero;
+        const R v = raw(go[c]);
+        put(p00[c], k == 0 ? v : zero);
+        put(p01[c], k == 1 ? v : zero);
+        put(p10[c], k == 2 ? v : zero);
+        put(p11[c], k == 3 ? v : zero);
       }
     }
   }
