@@ -64,6 +64,7 @@ def rows():
     # ---- reductions: float32 accumulation, one rounding
     yield Row("sum_all", lambda x: b(x).sum(), randn((40, 50)), **TOL)
     yield Row("sum_dim", lambda x: b(x).sum(1), randn((6, 300)), **TOL)
+    yield Row("sum_rows", lambda x: b(x).sum(0), randn((1100, 300)), **TOL)
     yield Row("mean_dims", lambda x: b(x).mean((0, 2)), randn((3, 4, 5)), **TOL)
     yield Row("amax_dim", lambda x: b(x).amax(1), randn((5, 7)), **TOL)
     yield Row("softmax", lambda x: F.softmax(b(x), -1), randn((6, 10), scale=3.0), **TOL)

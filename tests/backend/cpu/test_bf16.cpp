@@ -187,6 +187,7 @@ const std::vector<axle::golden::Row>& Bf16_rows() {
   {"chain_fused", [](const In& x) { return Out{mul(tanh(add(mul(b(x[0]), b(x[1])), 1.0)), 2.0)}; }},
   {"sum_all", [](const In& x) { return Out{sum(b(x[0]))}; }},
   {"sum_dim", [](const In& x) { return Out{sum(b(x[0]), {1})}; }},
+  {"sum_rows", [](const In& x) { return Out{sum(b(x[0]), {0})}; }},  // a bias gradient's column sums
   {"mean_dims", [](const In& x) { return Out{mean(b(x[0]), {0, 2})}; }},
   {"amax_dim", [](const In& x) { return Out{amax(b(x[0]), {1})}; }},
   {"softmax", [](const In& x) { return Out{softmax(b(x[0]), -1)}; }},
@@ -254,6 +255,7 @@ In inputs_of(const std::string& n, Generator& g) {
   if (n == "chain_fused") return {rn(g, {16, 33}), rn(g, {16, 33})};
   if (n == "sum_all") return {rn(g, {40, 50})};
   if (n == "sum_dim") return {rn(g, {6, 300})};
+  if (n == "sum_rows") return {rn(g, {1100, 300})};
   if (n == "mean_dims") return {rn(g, {3, 4, 5})};
   if (n == "amax_dim") return {rn(g, {5, 7})};
   if (n == "softmax" || n == "log_softmax") return {rn(g, {6, 10}, 3.0)};
@@ -379,6 +381,18 @@ TEST(Bf16Lazy, EqualsEagerBitForBit) {
     for (size_t i = 0; i < e.size(); ++i) EXPECT_EQ(bits(e[i]), bits(l[i])) << "output " << i << " on the "
                                                                            << cpu::bf16_compute_name(path) << " path";
     cpu::set_bf16_compute(old);
+  }
+}
+
+// Column sums of bf16 (bias gradients) widen each element as they read it, in the float32
+// kernel's order: the same bits as widening first, row chunks (many rows) or not, on cpu and xla.
+TEST(Bf16Sum, ColumnSumsEqualTheWidenedFloat32SumRoundedOnce) {
+  Generator g(13);
+  for (const Shape& s : {Shape{1100, 300}, Shape{40, 700}, Shape{3, 2000, 260}}) {
+    const Tensor x = b(randn(s, {}, &g));
+    const Tensor want = sum(x.to(kFloat32), {0}).to(kBFloat16);
+    EXPECT_EQ(bits(sum(x, {0})), bits(want)) << shape_str(s);
+    EXPECT_EQ(bits(sum(x.to(device()), {0})), bits(want)) << shape_str(s) << " on xla";
   }
 }
 

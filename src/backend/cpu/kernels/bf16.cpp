@@ -34,6 +34,7 @@ bool handles_bf16(OpKind k) {
     case OpKind::OptimizationBarrier:
     case OpKind::MaxPool2d: case OpKind::MaxPool2dBackward:  // 2x2 channels-last in bf16, else widened inside (pool.cpp)
     case OpKind::LayerNorm: case OpKind::LayerNormBackward:  // rows widened one at a time (norm.cpp)
+    case OpKind::Sum: case OpKind::Amax: case OpKind::Amin:  // float32 sums (columns widened as read), rounded once (reduce.cpp)
       return true;
     default: return false;
   }
