@@ -13,6 +13,7 @@
 #include <type_traits>
 
 #include "axle/ops.h"
+#include "backend/cpu/bf16.h"
 #include "backend/cpu/kernels/kernels.h"
 #include "backend/cpu/kernels/vexp.h"
 #include "backend/cpu/loops.h"
@@ -187,9 +188,6 @@ T reduce_row(const T* p, int64_t n) {
   }
 }
 
-inline float widened(float v) { return v; }
-inline float widened(bfloat16 v) { return bfloat16::to_float(v.bits); }
-
 /// out[o, i] = reduce_r x[o, r, i] for I > 1: whole rows accumulated in column tiles. In: the
 /// input's element type, T's or (float sums only) bf16, widened as it is read.
 template <class T, RK K, class In = T>
@@ -204,12 +202,18 @@ void reduce_cols(const In* x, T* out, const Geom& g) {
     T* dst = out + o * g.I + c0;
     if constexpr (K == RK::Sum && std::is_same_v<T, float>) {
       // Three-level cascade (blocks of 64 rows) keeps float error ~ (200 + R/2^18) eps.
-      float l0[TW], l1[TW], l2[TW];
+      float l0[TW], l1[TW], l2[TW], wide[TW];
       for (int64_t j = 0; j < w; ++j) l0[j] = l1[j] = l2[j] = 0.f;
       for (int64_t r = 0; r < g.R; ++r) {
-        const In* row = base + r * g.I;
+        const float* row;
+        if constexpr (std::is_same_v<In, float>) {
+          row = base + r * g.I;
+        } else {  // bf16: the tile's row widened first (a loop that vectorises), then added
+          widen_bf16(base + r * g.I, wide, w);
+          row = wide;
+        }
 #pragma omp simd
-        for (int64_t j = 0; j < w; ++j) l0[j] += widened(row[j]);
+        for (int64_t j = 0; j < w; ++j) l0[j] += row[j];
         if ((r + 1) % 64 == 0) {
 #pragma omp simd
           for (int64_t j = 0; j < w; ++j) { l1[j] += l0[j]; l0[j] = 0.f; }
@@ -292,11 +296,11 @@ Tensors reduce_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>& m
   if (t == kBFloat16) {
     // bf16 result: float32 sums rounded once. Summing bf16 columns (a bias gradient of a bf16
     // product: x [rows, C] over the rows) widens each element as it is read, in the float32
-    // kernel's order (the same bits as widening x first); anything else widens x first.
+    // kernel's order (the same bits as widening x first); anything else (a strided x too) widens x first.
     Tensor out32 = make_tensor(mt[0].shape, kFloat32);
     if (out32.numel() == 0) return {make_tensor(mt[0].shape, t)};
     if constexpr (K == RK::Sum) {
-      if (in[0].dtype() == kBFloat16) {
+      if (in[0].dtype() == kBFloat16 && in[0].is_contiguous()) {
         Tensor x = prepare(in[0], kBFloat16, m, g);
         if (g.I > 1 && g.R > 0) {
           reduce_cols_chunked<float, K, bfloat16>(x.data<bfloat16>(), out32.data<float>(), g);
