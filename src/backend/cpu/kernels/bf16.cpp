@@ -4,8 +4,10 @@
 // accumulate in float32 or wider, as PyTorch's bf16 cpu kernels do, and every op rounds its
 // result once. Kernels that handle bf16 themselves are left alone: the elementwise loops
 // (float32 math on widened blocks, elementwise.cpp), the fused-elementwise kernel, data
-// movement (views, cat, index_select, gather, sharding), and matmul / linear / the convolutions
-// when the process's bf16 path is Native (oneDNN bf16 primitives with float32 accumulation: bf16.h).
+// movement (views, cat, index_select, gather, sharding), layer norm (a row at a time, norm.cpp),
+// max pooling (2x2 channels-last in bf16, pool.cpp), sum / amax / amin (reduce.cpp), and
+// matmul / linear / the convolutions when the process's bf16 path is Native (oneDNN bf16
+// primitives with float32 accumulation: bf16.h).
 // Collectives run here too: an all-reduce of bf16 tensors reduces in float32, then rounds.
 #include <array>
 
