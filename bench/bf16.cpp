@@ -1,6 +1,6 @@
 // bfloat16 against float32 on this processor, one thread by default: the 2048x768x768 GEMM
-// (GPT's MLP/attention projection size) through linear, and the elementwise GELU (tanh) and
-// LayerNorm over a [2048, 768] activation. Each bf16 row runs under both compute paths
+// (GPT's MLP/attention projection size) through linear, the elementwise GELU (tanh) and
+// LayerNorm over a [2048, 768] activation, and the cnn's 2x2 max pooling (channels-last). Each bf16 row runs under both compute paths
 // (native: oneDNN bf16 primitives, float32 accumulation; fp32: operands widened, float32
 // primitive, result rounded). The variants run in alternation, ROUNDS rounds of REPS calls;
 // per variant the median and range of the per-call time, and each one's ratio to float32.
@@ -86,6 +86,23 @@ int main(int argc, char** argv) {
   bench("layer_norm [2048, 768]", 0,
         {{"float32", [&] { keep(layer_norm(x, {K}, g, be)); }, none, {}},
          {"bf16", [&] { keep(layer_norm(xb, {K}, gb, beb)); }, none, {}}},
+        rounds, reps);
+  // The cnn's pooling: 2x2 max over a channels-last activation (NCHW shape, NHWC strides, as
+  // a channels-last conv writes it), forward and backward.
+  Tensor a = permute(randn({128, 28, 28, 32}), {0, 3, 1, 2}), ab = a.to(kBFloat16);
+  Tensor ga = randn({128, 32, 14, 14}), gab = ga.to(kBFloat16);
+  auto pool_step = [](const Tensor& t, const Tensor& g) {
+    Tensor x = t.detach();
+    x.set_requires_grad(true);
+    const bool was = grad_enabled();
+    set_grad_enabled(true);
+    sum(mul(max_pool2d(x, {.kernel = {2, 2}}), g)).backward();
+    set_grad_enabled(was);
+    if (!x.grad().defined()) std::abort();
+  };
+  bench("max_pool2d 2x2 channels-last [128, 32, 28, 28], forward + backward", 0,
+        {{"float32", [&] { pool_step(a, ga); }, none, {}},
+         {"bf16", [&] { pool_step(ab, gab); }, none, {}}},
         rounds, reps);
   return 0;
 }

@@ -64,6 +64,7 @@ def rows():
     # ---- reductions: float32 accumulation, one rounding
     yield Row("sum_all", lambda x: b(x).sum(), randn((40, 50)), **TOL)
     yield Row("sum_dim", lambda x: b(x).sum(1), randn((6, 300)), **TOL)
+    yield Row("sum_rows", lambda x: b(x).sum(0), randn((260, 24)), **TOL)  # long columns: Bf16Sum in test_bf16.cpp
     yield Row("mean_dims", lambda x: b(x).mean((0, 2)), randn((3, 4, 5)), **TOL)
     yield Row("amax_dim", lambda x: b(x).amax(1), randn((5, 7)), **TOL)
     yield Row("softmax", lambda x: F.softmax(b(x), -1), randn((6, 10), scale=3.0), **TOL)
@@ -84,6 +85,13 @@ def rows():
     yield Row("linear", lambda x, w, bb: F.linear(b(x), b(w), b(bb)), randn((2, 5, 48), (20, 48), (20,)), **TOL)
     yield Row("linear_relu", lambda x, w, bb: torch.relu(F.linear(b(x), b(w), b(bb))), randn((7, 32), (16, 32), (16,)), **TOL)
     yield Row("conv2d", lambda x, w, bb: F.conv2d(b(x), b(w), b(bb), padding=1), randn((2, 3, 8, 8), (4, 3, 3, 3), (4,)), **TOL)
+    yield Row("conv2d_strided_groups", lambda x, w, bb: F.conv2d(b(x), b(w), b(bb), stride=2, padding=1, groups=2),
+              randn((2, 4, 9, 9), (6, 2, 3, 3), (6,)), **TOL)
+    yield Row("conv_transpose2d",
+              lambda x, w, bb: F.conv_transpose2d(b(x), b(w), b(bb), stride=2, padding=1, output_padding=1),
+              randn((2, 4, 5, 5), (4, 3, 3, 3), (3,)), **TOL)
+    yield Row("conv2d_relu_max_pool2d", lambda x, w: F.max_pool2d(torch.relu(F.conv2d(b(x), b(w), padding=1)), 2),
+              randn((2, 3, 8, 8), (8, 3, 3, 3)), **TOL)
     yield Row("max_pool2d", lambda x: F.max_pool2d(b(x), 2), randn((2, 3, 6, 6)), **TOL)
     yield Row("avg_pool2d", lambda x: F.avg_pool2d(b(x), 2), randn((2, 3, 6, 6)), **TOL)
     yield Row("sdpa_causal", lambda q, k, v: F.scaled_dot_product_attention(b(q), b(k), b(v), is_causal=True),

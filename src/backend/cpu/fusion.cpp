@@ -274,8 +274,9 @@ class EpilogueFusionPass final : public Pass {
       if (n.op != OpKind::Relu) continue;
       const Ref src = n.operands[0];
       PNode& prod = p.nodes[size_t(src.node)];
-      if (prod.kind != NodeKind::Op || uses[size_t(src.node)] != 1 || n.outs[0].dtype != kFloat32) continue;
-      // The relu becomes the producer's typed epilogue field (ops.def: FLAG(relu)).
+      if (prod.kind != NodeKind::Op || uses[size_t(src.node)] != 1 || !f32_or_bf16(n.outs[0].dtype)) continue;
+      // The relu becomes the producer's typed epilogue field (ops.def: FLAG(relu)). In bf16 the
+      // same bits: relu commutes with rounding (it keeps the sign and maps to 0 exactly).
       if (prod.op == OpKind::Conv2d) {
         ops::attr::Conv2d c = ops::attr::Conv2d::of(prod.attrs);
         if (c.relu) continue;
@@ -298,6 +299,7 @@ class EpilogueFusionPass final : public Pass {
   }
 
  private:
+  static bool f32_or_bf16(DType t) { return t == kFloat32 || t == kBFloat16; }
   /// Whether value r is float32 of `shape`.
   static bool is_f32(const Program& p, const Ref& r, const Shape& shape) {
     if (r.node < 0) return false;
@@ -373,7 +375,7 @@ class EpilogueFusionPass final : public Pass {
     if (ws.index != 1 || !is_op(p, ws, OpKind::MaxPool2d)) return false;
     const PNode& pf = p.nodes[size_t(ws.node)];
     if (!(pf.operands[0] == y) || pf.attrs.ints != pb.attrs.ints) return false;
-    if (rb.outs[0].dtype != kFloat32 || !(rb.outs[0].shape == pb.outs[0].shape)) return false;
+    if (!f32_or_bf16(rb.outs[0].dtype) || !(rb.outs[0].shape == pb.outs[0].shape)) return false;
     pool.relu = true;
     pb.attrs = pool.pack();
     pb.operands.push_back({ws.node, 0});

@@ -68,7 +68,13 @@ void copy_into(const Tensor& dst, const Tensor& src) {
       std::memcpy(p[0], p[1], size_t(n * isz));
       return;
     }
-    switch (isz) {
+    switch (isz) {  // fixed-size moves (bf16 is 2 bytes: a per-element memcpy of size isz is a call)
+      case 1:
+        for (int64_t i = 0; i < n; ++i) p[0][i * s[0]] = p[1][i * s[1]];
+        break;
+      case 2:
+        for (int64_t i = 0; i < n; ++i) *reinterpret_cast<uint16_t*>(p[0] + i * s[0]) = *reinterpret_cast<uint16_t*>(p[1] + i * s[1]);
+        break;
       case 4:
         for (int64_t i = 0; i < n; ++i) *reinterpret_cast<uint32_t*>(p[0] + i * s[0]) = *reinterpret_cast<uint32_t*>(p[1] + i * s[1]);
         break;

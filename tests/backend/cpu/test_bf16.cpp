@@ -187,6 +187,7 @@ const std::vector<axle::golden::Row>& Bf16_rows() {
   {"chain_fused", [](const In& x) { return Out{mul(tanh(add(mul(b(x[0]), b(x[1])), 1.0)), 2.0)}; }},
   {"sum_all", [](const In& x) { return Out{sum(b(x[0]))}; }},
   {"sum_dim", [](const In& x) { return Out{sum(b(x[0]), {1})}; }},
+  {"sum_rows", [](const In& x) { return Out{sum(b(x[0]), {0})}; }},  // a bias gradient's column sums
   {"mean_dims", [](const In& x) { return Out{mean(b(x[0]), {0, 2})}; }},
   {"amax_dim", [](const In& x) { return Out{amax(b(x[0]), {1})}; }},
   {"softmax", [](const In& x) { return Out{softmax(b(x[0]), -1)}; }},
@@ -201,6 +202,13 @@ const std::vector<axle::golden::Row>& Bf16_rows() {
   {"linear", [](const In& x) { return Out{linear(b(x[0]), b(x[1]), b(x[2]))}; }},
   {"linear_relu", [](const In& x) { return Out{relu(linear(b(x[0]), b(x[1]), b(x[2])))}; }},
   {"conv2d", [](const In& x) { return Out{conv2d(b(x[0]), b(x[1]), b(x[2]), {.padding = {1, 1}})}; }},
+  {"conv2d_strided_groups",
+   [](const In& x) { return Out{conv2d(b(x[0]), b(x[1]), b(x[2]), {.stride = {2, 2}, .padding = {1, 1}, .groups = 2})}; }},
+  {"conv_transpose2d", [](const In& x) {
+     return Out{conv_transpose2d(b(x[0]), b(x[1]), b(x[2]), {.stride = {2, 2}, .padding = {1, 1}, .output_padding = {1, 1}})};
+   }},
+  {"conv2d_relu_max_pool2d",  // channels-last conv output: the 2x2 pooling kernel in bf16
+   [](const In& x) { return Out{max_pool2d(relu(conv2d(b(x[0]), b(x[1]), {}, {.padding = {1, 1}})), {.kernel = {2, 2}})}; }},
   {"max_pool2d", [](const In& x) { return Out{max_pool2d(b(x[0]), {.kernel = {2, 2}})}; }},
   {"avg_pool2d", [](const In& x) { return Out{avg_pool2d(b(x[0]), {.kernel = {2, 2}})}; }},
   {"sdpa_causal",
@@ -351,6 +359,49 @@ TEST(Bf16Lazy, EqualsEagerBitForBit) {
   }
 }
 
+// Column sums of bf16 (bias gradients) widen each element as they read it, in the float32
+// kernel's order: the same bits as widening first, row chunks (many rows) or not, on cpu and xla.
+TEST(Bf16Sum, ColumnSumsEqualTheWidenedFloat32SumRoundedOnce) {
+  Generator g(13);
+  for (const Shape& s : {Shape{1100, 300}, Shape{40, 700}, Shape{3, 2000, 260}}) {
+    const Tensor x = b(randn(s, {}, &g));
+    const Tensor want = sum(x.to(kFloat32), {0}).to(kBFloat16);
+    EXPECT_EQ(bits(sum(x, {0})), bits(want)) << shape_str(s);
+    EXPECT_EQ(bits(sum(x.to(device()), {0})), bits(want)) << shape_str(s) << " on xla";
+  }
+}
+
+// A small cnn's forward and gradients (conv -> relu -> 2x2 max pool -> linear; layer norm on
+// the features) lazy == eager bit for bit: on xla the compiler fuses the relu into the conv and
+// the relu's gradient into the pool's backward, which must not change a bit in bf16 either.
+TEST(Bf16Lazy, ConvNetForwardAndGradientsEqualEager) {
+  Generator g(12);
+  Tensor x = randn({4, 3, 8, 8}, {}, &g), w = mul(randn({8, 3, 3, 3}, {}, &g), 0.5), cb = randn({8}, {}, &g);
+  Tensor lw = mul(randn({5, 128}, {}, &g), 0.1), gam = rand({128}, {}, &g), bet = randn({128}, {}, &g);
+  auto f = [&](const Device& d) {
+    std::vector<Tensor> leaves;
+    for (const Tensor& t : {x, w, cb, lw, gam, bet}) {
+      Tensor l = b(t.to(d)).detach();
+      l.set_requires_grad(true);
+      leaves.push_back(l);
+    }
+    Tensor h = max_pool2d(relu(conv2d(leaves[0], leaves[1], leaves[2], {.padding = {1, 1}})), {.kernel = {2, 2}});
+    Tensor z = layer_norm(flatten(h, 1), {128}, leaves[4], leaves[5]);
+    Tensor y = linear(z, leaves[3]);
+    sum(mul(y.to(kFloat32), y.to(kFloat32))).backward();
+    std::vector<Tensor> out{h, y};
+    for (const Tensor& l : leaves) out.push_back(l.grad());
+    return out;
+  };
+  for (cpu::Bf16Compute path : {cpu::Bf16Compute::Native, cpu::Bf16Compute::F32}) {
+    const cpu::Bf16Compute old = cpu::set_bf16_compute(path);
+    const auto e = f(kCPU), l = f(device());
+    for (size_t i = 0; i < e.size(); ++i)
+      EXPECT_EQ(bits(e[i]), bits(l[i])) << "value " << i << " on the " << cpu::bf16_compute_name(path) << " path";
+    cpu::set_bf16_compute(old);
+  }
+}
+
 // Gradients of bf16 ops against central differences in float32 on the widened values.
 void check_grad(const std::string& what, const std::function<Tensor(const Tensor&)>& f, const Shape& shape,
                 double scale = 1.0) {
@@ -390,6 +441,27 @@ TEST(Bf16Grad, FiniteDifferencesInFloat32) {
     check_grad("sum_mean", [](const Tensor& x) { return mean(x, {0}); }, {4, 5});
     check_grad("matmul", [](const Tensor& x) { return matmul(x, transpose(x, 0, 1)); }, {4, 3}, 0.5);
     check_grad("linear", [](const Tensor& x) { return linear(x, x, sum(x, {0})); }, {3, 3}, 0.5);
+    check_grad("layer_norm_affine", [](const Tensor& x) {
+      const Tensor w = add(mul(arange(0, 6, 1, {.dtype = x.dtype()}), 0.25), 0.5), bias = arange(0, 6, 1, {.dtype = x.dtype()});
+      return layer_norm(x, {6}, w, bias);
+    }, {3, 6});
+    // The convolutions: input gradient (backward-data), weight gradient (backward-weights), the
+    // transposed conv.
+    Generator cg(21);
+    const Tensor cw = b(mul(randn({4, 3, 3, 3}, {}, &cg), 0.5)), cx = b(randn({2, 3, 5, 5}, {}, &cg));
+    check_grad("conv2d_input", [&](const Tensor& x) { return conv2d(x, cw.to(x.dtype()), {}, {.padding = {1, 1}}); },
+               {2, 3, 5, 5});
+    check_grad("conv2d_weight", [&](const Tensor& w) { return conv2d(cx.to(w.dtype()), w, {}, {.stride = {2, 2}}); },
+               {4, 3, 3, 3}, 0.5);
+    check_grad("conv_transpose2d", [&](const Tensor& x) {
+      return conv_transpose2d(x, cw.to(x.dtype()), {}, {.stride = {2, 2}, .padding = {1, 1}});
+    }, {2, 4, 3, 3});
+    // 2x2 max pooling of a channels-last bf16 tensor (a 1x1 identity conv's output, exact): the
+    // values spread (scale 10) so that no window holds two within the differencing step.
+    check_grad("max_pool2d_channels_last", [&](const Tensor& x) {
+      const Tensor id = from_vector(std::vector<float>{1, 0, 0, 0, 1, 0, 0, 0, 1}, {3, 3, 1, 1}).to(x.dtype());
+      return max_pool2d(conv2d(x, id), {.kernel = {2, 2}});
+    }, {2, 3, 4, 4}, 10.0);
     check_grad("cross_entropy", [](const Tensor& x) {
       return cross_entropy(x, from_vector(std::vector<int64_t>{1, 0, 4}, {3}, {.dtype = kInt64}));
     }, {3, 5});

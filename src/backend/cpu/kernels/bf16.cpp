@@ -4,8 +4,10 @@
 // accumulate in float32 or wider, as PyTorch's bf16 cpu kernels do, and every op rounds its
 // result once. Kernels that handle bf16 themselves are left alone: the elementwise loops
 // (float32 math on widened blocks, elementwise.cpp), the fused-elementwise kernel, data
-// movement (views, cat, index_select, gather, sharding), and matmul / linear when the
-// process's bf16 path is Native (oneDNN bf16 primitives with float32 accumulation: bf16.h).
+// movement (views, cat, index_select, gather, sharding), layer norm (a row at a time, norm.cpp),
+// max pooling (2x2 channels-last in bf16, pool.cpp), sum / amax / amin (reduce.cpp), and
+// matmul / linear / the convolutions when the process's bf16 path is Native (oneDNN bf16
+// primitives with float32 accumulation: bf16.h).
 // Collectives run here too: an all-reduce of bf16 tensors reduces in float32, then rounds.
 #include <array>
 
@@ -32,7 +34,24 @@ bool handles_bf16(OpKind k) {
     case OpKind::SliceBackward: case OpKind::Cat: case OpKind::IndexSelect: case OpKind::Gather:
     case OpKind::ShardingConstraint: case OpKind::ShardSlice: case OpKind::MaskPadding:
     case OpKind::OptimizationBarrier:
+    case OpKind::MaxPool2d: case OpKind::MaxPool2dBackward:  // 2x2 channels-last in bf16, else widened inside (pool.cpp)
+    case OpKind::LayerNorm: case OpKind::LayerNormBackward:  // rows widened one at a time (norm.cpp)
+    case OpKind::Sum: case OpKind::Amax: case OpKind::Amin:  // float32 sums (columns widened as read), rounded once (reduce.cpp)
       return true;
+    default: return false;
+  }
+}
+
+// The products oneDNN computes in bf16 with float32 accumulation on the Native path: matmul and
+// linear (K > 0: no bias-only fill), and the convolutions, forward and both backward kernels
+// (conv_transpose2d's forward is conv2d's backward-data), whose operands share one dtype.
+bool native_bf16(OpKind k, const Tensors& in) {
+  switch (k) {
+    case OpKind::Matmul: return in[0].shape().back() > 0;
+    case OpKind::Linear: return in[1].shape()[1] > 0;
+    case OpKind::Conv2d: case OpKind::Conv2dBackwardInput: case OpKind::Conv2dBackwardWeight:
+    case OpKind::ConvTranspose2d:
+      return in[0].dtype() == kBFloat16 && in[1].dtype() == kBFloat16;
     default: return false;
   }
 }
@@ -43,9 +62,8 @@ Tensors run_bf16(OpKind k, const Tensors& in, const Attrs& a, const std::vector<
   for (const Tensor& t : in) any = any || (t.defined() && t.dtype() == kBFloat16);
   for (const Meta& o : m) any = any || o.dtype == kBFloat16;
   if (!any) return f(in, a, m);
-  if (bf16_compute() == Bf16Compute::Native && ((k == OpKind::Matmul && in[0].shape().back() > 0) ||
-                                                  (k == OpKind::Linear && in[1].shape()[1] > 0)))
-    return f(in, a, m);  // oneDNN bf16 primitives, float32 accumulation (K > 0: no bias-only fill)
+  if (bf16_compute() == Bf16Compute::Native && native_bf16(k, in))
+    return f(in, a, m);  // oneDNN bf16 primitives, float32 accumulation
   Tensors wide = in;
   for (Tensor& t : wide)
     if (t.defined() && t.dtype() == kBFloat16) t = cast_cpu(t, kFloat32);

@@ -18,6 +18,9 @@
 // Known weak spot: backward-data of a 1-channel input in NHWC (9 ms vs 2.6 NCHW); training never
 // asks for it (the images need no gradient).
 
+#include <algorithm>
+#include <cstring>
+
 #include "axle/ops.h"
 #include "backend/cpu/dnnl.h"
 #include "backend/cpu/kernels/kernels.h"
@@ -53,10 +56,10 @@ struct Geom : ConvGeom {
 Geom make_geom(const Shape& x, const Shape& w, const Attrs& a, const char* op) { return {conv_geom(x, w, a, op)}; }
 
 // The primitive's activation layout for the current mode; tag::any for blocked.
-memory::desc inner_act(const Shape& s, dg::ConvMode m) {
+memory::desc inner_act(const Shape& s, dg::ConvMode m, DType t) {
   memory::dims d(s.begin(), s.end());
-  if (m == dg::ConvMode::Blocked) return memory::desc(d, memory::data_type::f32, tag::any);
-  return memory::desc(d, memory::data_type::f32, m == dg::ConvMode::ChannelsLast ? tag::nhwc : tag::nchw);
+  if (m == dg::ConvMode::Blocked) return memory::desc(d, dg::to_dnnl(t), tag::any);
+  return memory::desc(d, dg::to_dnnl(t), m == dg::ConvMode::ChannelsLast ? tag::nhwc : tag::nchw);
 }
 
 dg::Layout out_layout(dg::ConvMode m) {
@@ -67,7 +70,7 @@ dg::Layout out_layout(dg::ConvMode m) {
 memory::desc user_act(const Tensor& t, dg::Layout pref) {
   const dg::Layout other = pref == dg::Layout::NCHW ? dg::Layout::NHWC : dg::Layout::NCHW;
   for (dg::Layout l : {pref, other})
-    if (dg::is_dense(t, l)) return dg::strided_desc(t.shape(), dg::layout_strides(t.shape(), l), kFloat32);
+    if (dg::is_dense(t, l)) return dg::strided_desc(t.shape(), dg::layout_strides(t.shape(), l), t.dtype());
   return dg::desc_of(t);
 }
 
@@ -81,16 +84,17 @@ memory::desc user_wei(const Tensor& w, const Geom& q) {
   if (q.g == 1) return d;
   Shape st = act_strides(d);
   return dg::strided_desc({q.g, q.O / q.g, q.C / q.g, q.kh, q.kw}, {st[0] * (q.O / q.g), st[0], st[1], st[2], st[3]},
-                          kFloat32);
+                          w.dtype());
 }
 
-memory::desc any_wei(const Geom& q) { return memory::desc(q.wei_dims(), memory::data_type::f32, tag::any); }
+memory::desc any_wei(const Geom& q, DType t) { return memory::desc(q.wei_dims(), dg::to_dnnl(t), tag::any); }
 
 memory::desc bias_desc(const Geom& q) { return memory::desc({q.O}, memory::data_type::f32, tag::x); }
 
-dg::Key conv_key(const char* op, const Geom& q, dg::ConvMode m) {
+// t: the activations' and weights' dtype (float32, or bfloat16 on the Native bf16 path).
+dg::Key conv_key(const char* op, const Geom& q, dg::ConvMode m, DType t) {
   dg::Key k(op);
-  k << int64_t(m) << q.N << q.C << q.H << q.W << q.O << q.kh << q.kw << q.sh << q.sw << q.ph << q.pw << q.dh << q.dw
+  k << int64_t(m) << int64_t(t) << q.N << q.C << q.H << q.W << q.O << q.kh << q.kw << q.sh << q.sw << q.ph << q.pw << q.dh << q.dw
     << q.g;
   return k;
 }
@@ -126,18 +130,19 @@ Tensors conv_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>& m) 
   // The bias is read densely (oneDNN kernels ignore a strided bias descriptor).
   Tensor b = in.size() > 2 && in[2].defined() ? cpu::contiguous_as(in[2], kFloat32) : Tensor();
   Geom q = make_geom(x.shape(), w.shape(), a, "conv2d");
-  Tensor y = dg::empty_4d(q.dst(), out_layout(mode));
+  const DType dt = x.dtype();
+  Tensor y = dg::empty_4d(q.dst(), out_layout(mode), dt);
   if (y.numel() == 0) return {y};
   memory::desc ux = user_act(x, out_layout(mode)), uw = user_wei(w, q);
-  memory::desc uy = dg::strided_desc(y.shape(), y.strides(), kFloat32);
+  memory::desc uy = dg::strided_desc(y.shape(), y.strides(), dt);
   const bool relu = ops::attr::Conv2d::of(a).relu;
-  dg::Key key = conv_key("conv_fwd", q, mode);
+  dg::Key key = conv_key("conv_fwd", q, mode, dt);
   key << act_strides(ux) << act_strides(uw) << int64_t(b.defined()) << int64_t(relu);
   auto e = dg::cached<FwdEntry>(key, [&] {
     auto e = std::make_shared<FwdEntry>();
     memory::desc bd = bias_desc(q);
-    auto pd = fwd_pd(q, inner_act(q.src(), mode), any_wei(q), b.defined() ? &bd : nullptr, inner_act(q.dst(), mode),
-                     relu);
+    auto pd = fwd_pd(q, inner_act(q.src(), mode, dt), any_wei(q, dt), b.defined() ? &bd : nullptr,
+                     inner_act(q.dst(), mode, dt), relu);
     e->prim = dnnl::convolution_forward(pd);
     e->src.init_input(ux, pd.src_desc());
     e->wei.init_input(uw, pd.weights_desc());
@@ -168,15 +173,16 @@ struct BwdDataEntry {
 Tensor bwd_data(const Tensor& gy_in, const Tensor& w_in, const Geom& q, const char* op) {
   const dg::ConvMode mode = dg::conv_mode();
   Tensor gy = dg::describable(gy_in), w = dg::describable(w_in);
-  Tensor gx = dg::empty_4d(q.src(), out_layout(mode));
+  const DType dt = gy.dtype();
+  Tensor gx = dg::empty_4d(q.src(), out_layout(mode), dt);
   if (gx.numel() == 0) return gx;
   memory::desc ugy = user_act(gy, out_layout(mode)), uw = user_wei(w, q);
-  memory::desc ugx = dg::strided_desc(gx.shape(), gx.strides(), kFloat32);
-  dg::Key key = conv_key(op, q, mode);
+  memory::desc ugx = dg::strided_desc(gx.shape(), gx.strides(), dt);
+  dg::Key key = conv_key(op, q, mode, dt);
   key << q.OH << q.OW << act_strides(ugy) << act_strides(uw);
   auto e = dg::cached<BwdDataEntry>(key, [&] {
     auto e = std::make_shared<BwdDataEntry>();
-    memory::desc sd = inner_act(q.src(), mode), dd = inner_act(q.dst(), mode), wd = any_wei(q);
+    memory::desc sd = inner_act(q.src(), mode, dt), dd = inner_act(q.dst(), mode, dt), wd = any_wei(q, dt);
     auto hint = fwd_pd(q, sd, wd, nullptr, dd);
     dnnl::convolution_backward_data::desc d(dnnl::algorithm::convolution_direct, sd, wd, dd, q.strides(),
                                             q.dilates(), q.pad_l(), q.pad_r());
@@ -200,6 +206,21 @@ Tensors conv_bwd_input_cpu(const Tensors& in, const Attrs& a, const std::vector<
   return {bwd_data(in[0], in[1], make_geom(m[0].shape, in[1].shape(), a, "conv2d_backward_input"), "conv_bwd_data")};
 }
 
+// y (zeroed) with the [N, C, H, W] corner of qc's extents taken from `part`.
+template <class T>
+void crop_into(const Tensor& y, const Tensor& part, const Geom& qc) {
+  T* yd = y.data<T>();
+  std::fill(yd, yd + y.numel(), T{});
+  if (part.numel() == 0) return;
+  const T* pd = part.data<T>();
+  const Shape &ys = y.strides(), &ps = part.strides();
+  for (int64_t n = 0; n < qc.N; ++n)
+    for (int64_t c = 0; c < qc.C; ++c)
+      for (int64_t h = 0; h < qc.H; ++h)
+        for (int64_t w = 0; w < qc.W; ++w)
+          yd[n * ys[0] + c * ys[1] + h * ys[2] + w * ys[3]] = pd[n * ps[0] + c * ps[1] + h * ps[2] + w * ps[3]];
+}
+
 // conv_transpose2d: conv2d's backward-data with x as the output gradient (ops/conv.h). oneDNN
 // takes a right padding above -stride only (here pad - output_padding): where output_padding >=
 // stride (allowed when < dilation) the primitive computes all but the last multiple-of-stride
@@ -213,17 +234,9 @@ Tensors conv_transpose_cpu(const Tensors& in, const Attrs& a, const std::vector<
   qc.H -= crop_h;
   qc.W -= crop_w;
   Tensor part = bwd_data(in[0], in[1], qc, "conv_transpose");
-  Tensor y = dg::empty_4d(q.src(), out_layout(dg::conv_mode()));
-  float* yd = y.data<float>();
-  std::fill(yd, yd + y.numel(), 0.0f);
-  if (part.numel() == 0) return {y};
-  const float* pd = part.data<float>();
-  const Shape &ys = y.strides(), &ps = part.strides();
-  for (int64_t n = 0; n < qc.N; ++n)
-    for (int64_t c = 0; c < qc.C; ++c)
-      for (int64_t h = 0; h < qc.H; ++h)
-        for (int64_t w = 0; w < qc.W; ++w)
-          yd[n * ys[0] + c * ys[1] + h * ys[2] + w * ys[3]] = pd[n * ps[0] + c * ps[1] + h * ps[2] + w * ps[3]];
+  Tensor y = dg::empty_4d(q.src(), out_layout(dg::conv_mode()), part.dtype());
+  if (part.dtype() == kBFloat16) crop_into<bfloat16>(y, part, qc);
+  else crop_into<float>(y, part, qc);
   return {y};
 }
 
@@ -240,21 +253,29 @@ Tensors conv_bwd_weight_cpu(const Tensors& in, const Attrs& a, const std::vector
   Tensor gy = dg::describable(in[0]), x = dg::describable(in[1]);
   const bool with_bias = a.ints[11] != 0;
   Geom q = make_geom(x.shape(), m[0].shape, a, "conv2d_backward_weight");
-  Tensor gw = make_tensor(q.wei(), kFloat32);
+  // bf16 (Native path): the primitive accumulates and writes float32 gradients (the weight's
+  // reordered into the bf16 output, the bias's rounded after), each rounded once.
+  const DType dt = x.dtype();
+  Tensor gw = make_tensor(q.wei(), dt);
   Tensor gb = with_bias ? make_tensor({q.O}, kFloat32) : Tensor();
-  Tensors out{gw};
-  if (with_bias) out.push_back(gb);
-  if (q.N == 0 || q.OH * q.OW == 0) {
-    for (Tensor& t : out) std::fill(t.data<float>(), t.data<float>() + t.numel(), 0.0f);
+  auto outputs = [&] {
+    Tensors out{gw};
+    if (with_bias) out.push_back(dt == kFloat32 ? gb : cast_cpu(gb, dt));
     return out;
+  };
+  if (q.N == 0 || q.OH * q.OW == 0) {
+    std::memset(gw.data_ptr(), 0, size_t(gw.numel()) * itemsize(dt));
+    if (with_bias) std::fill(gb.data<float>(), gb.data<float>() + gb.numel(), 0.0f);
+    return outputs();
   }
   memory::desc ugy = user_act(gy, out_layout(mode)), ux = user_act(x, out_layout(mode)), ugw = user_wei(gw, q);
-  dg::Key key = conv_key("conv_bwd_weights", q, mode);
+  dg::Key key = conv_key("conv_bwd_weights", q, mode, dt);
   key << act_strides(ugy) << act_strides(ux) << int64_t(with_bias);
   auto e = dg::cached<BwdWeiEntry>(key, [&] {
     auto e = std::make_shared<BwdWeiEntry>();
-    memory::desc sd = inner_act(q.src(), mode), dd = inner_act(q.dst(), mode), wd = any_wei(q), bd = bias_desc(q);
-    auto hint = fwd_pd(q, sd, wd, with_bias ? &bd : nullptr, dd);
+    memory::desc sd = inner_act(q.src(), mode, dt), dd = inner_act(q.dst(), mode, dt), bd = bias_desc(q);
+    auto hint = fwd_pd(q, sd, any_wei(q, dt), with_bias ? &bd : nullptr, dd);
+    const memory::desc wd = any_wei(q, kFloat32);
     auto d = with_bias ? dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, sd, wd, bd, dd,
                                                                   q.strides(), q.dilates(), q.pad_l(), q.pad_r())
                        : dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, sd, wd, dd,
@@ -274,7 +295,7 @@ Tensors conv_bwd_weight_cpu(const Tensors& in, const Attrs& a, const std::vector
   ex.arg(DNNL_ARG_DIFF_WEIGHTS, ex.output(e->diff_wei, gw));
   if (with_bias) ex.arg(DNNL_ARG_DIFF_BIAS, ex.wrap(e->diff_bias, gb));
   ex.run(e->prim, e->scratch);
-  return out;
+  return outputs();
 }
 
 }  // namespace

@@ -125,7 +125,7 @@ PointwiseFn math_of(OpKind k) {
 // the op's float32 math runs on it, and its result is rounded back to bf16 (a compare writes
 // its bools directly). So each op rounds once, as PyTorch's bf16 kernels do, and the fused
 // kernel's tiles give the same bits as the eager loops.
-constexpr int64_t kBf16Block = 256;
+constexpr int64_t kBf16Block = 1024;
 
 void widen_run(const char* p, int64_t s, int64_t n, float* out) {
   if (s == 2) return widen_bf16(reinterpret_cast<const bfloat16*>(p), out, n);

@@ -6,10 +6,14 @@
 // read and written once. Rows are taken in fixed blocks of kRows: the weight and bias
 // gradients are summed per block, then the blocks in order in double, so the result does not
 // depend on the thread count.
+// bf16 activations (x, the residual, y, dy, dx) are widened a row at a time into a per-thread
+// float32 buffer and rounded once as each row is stored (float32 statistics, as PyTorch's bf16
+// cpu kernel); the weight and bias (n elements) are widened once, their gradients rounded once.
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
+#include "backend/cpu/bf16.h"
 #include "backend/cpu/kernels/kernels.h"
 #include "backend/cpu/loops.h"
 #include "core/parallel.h"
@@ -26,6 +30,33 @@ constexpr int64_t kRows = 32;  ///< rows per block (the backward's unit of parti
 struct RowGeom {
   int64_t rows = 0, n = 1;
 };
+// Row access for float32 or bf16 tensors: a float32 tensor's rows are used in place; a bf16
+// tensor's are widened into (loaded) or computed in and rounded from (stored) `buf`.
+struct Rows {
+  void* base = nullptr;
+  bool bf16 = false;
+  explicit Rows(const Tensor& t) : base(t.defined() ? t.data_ptr() : nullptr), bf16(t.defined() && t.dtype() == kBFloat16) {}
+  const float* load(int64_t off, int64_t n, float* buf) const {
+    if (!bf16) return static_cast<const float*>(base) + off;
+    widen_bf16(static_cast<const bfloat16*>(base) + off, buf, n);
+    return buf;
+  }
+  float* out(int64_t off, float* buf) const { return bf16 ? buf : static_cast<float*>(base) + off; }
+  void store(int64_t off, int64_t n, const float* buf) const {
+    if (bf16) round_bf16(buf, static_cast<bfloat16*>(base) + off, n);
+  }
+};
+
+// k row buffers of n floats for the calling thread (reused across calls).
+float* row_buffers(int64_t k, int64_t n) {
+  thread_local std::vector<float> buf;
+  if (buf.size() < size_t(k * n)) buf.resize(size_t(k * n));
+  return buf.data();
+}
+
+// t contiguous in its own dtype (float32 or bf16).
+Tensor dense(const Tensor& t) { return contiguous_as(t, t.dtype()); }
+
 RowGeom row_geom(const Shape& s, int64_t dims) {
   RowGeom g;
   for (size_t d = s.size() - size_t(dims); d < s.size(); ++d) g.n *= s[d];
@@ -35,41 +66,40 @@ RowGeom row_geom(const Shape& s, int64_t dims) {
 
 Tensors layer_norm_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>& mt) {
   const attr::LayerNorm at = attr::LayerNorm::of(a);
-  const Tensor x = contiguous_as(in[0], kFloat32), w = contiguous_as(in[1], kFloat32),
-               b = contiguous_as(in[2], kFloat32);
-  Tensor y = make_tensor(mt[0].shape, kFloat32), mean = make_tensor(mt[1].shape, kFloat32),
+  const Tensor x = dense(in[0]), w = contiguous_as(in[1], kFloat32), b = contiguous_as(in[2], kFloat32);
+  Tensor y = make_tensor(mt[0].shape, mt[0].dtype), mean = make_tensor(mt[1].shape, kFloat32),
          rstd = make_tensor(mt[2].shape, kFloat32);
-  // residual: the rows normalised are s = x + r, written to the 4th output as they are made.
+  // residual: the rows normalised are s = x + r, written to the 4th output as they are made
+  // (in bf16, s is rounded as stored and the rounded s normalised: the unfused add's values).
   Tensor res, sum;
   if (at.residual) {
-    res = contiguous_as(in[3], kFloat32);
-    sum = make_tensor(mt[3].shape, kFloat32);
+    res = dense(in[3]);
+    sum = make_tensor(mt[3].shape, mt[3].dtype);
   }
   const RowGeom g = row_geom(x.shape(), at.dims);
   Tensors outs = {y, mean, rstd};
   if (at.residual) outs.push_back(sum);
   if (g.rows == 0) return outs;
-  const float* rsp = at.residual ? res.data<float>() : nullptr;
-  float* sp = at.residual ? sum.data<float>() : nullptr;
-  const float* x_in = x.data<float>();
+  const Rows xs(x), res_rows(res), ss(sum), ys(y);
   const float* wp = w.data<float>();
   const float* bp = b.data<float>();
-  float* yp = y.data<float>();
   float* mp = mean.data<float>();
   float* rp = rstd.data<float>();
   const int64_t n = g.n;
   const double eps = at.eps;
 #pragma omp parallel for schedule(static) if (use_team(g.rows * n))
   for (int64_t r = 0; r < g.rows; ++r) {
-    const float* xr = x_in + r * n;
-    if (sp) {
-      const float* rr = rsp + r * n;
-      float* sr = sp + r * n;
+    float* buf = row_buffers(3, n);
+    const float* xr = xs.load(r * n, n, buf);
+    if (at.residual) {
+      const float* rr = res_rows.load(r * n, n, buf + n);
+      float* sr = ss.out(r * n, buf + 2 * n);
 #pragma omp simd
       for (int64_t i = 0; i < n; ++i) sr[i] = xr[i] + rr[i];
-      xr = sr;
+      ss.store(r * n, n, sr);
+      xr = ss.bf16 ? ss.load(r * n, n, buf + 2 * n) : sr;
     }
-    float* yr = yp + r * n;
+    float* yr = ys.out(r * n, buf + n);
     float s = 0.f;
 #pragma omp simd reduction(+ : s)
     for (int64_t i = 0; i < n; ++i) s += xr[i];
@@ -80,6 +110,7 @@ Tensors layer_norm_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta
     const float rs = float(1.0 / std::sqrt(double(q) / double(n) + eps));
 #pragma omp simd
     for (int64_t i = 0; i < n; ++i) yr[i] = (xr[i] - m) * rs * wp[i] + bp[i];
+    ys.store(r * n, n, yr);
     mp[r] = m;
     rp[r] = rs;
   }
@@ -89,11 +120,15 @@ Tensors layer_norm_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta
 Tensors layer_norm_backward_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>& mt) {
   const attr::LayerNormBackward at = attr::LayerNormBackward::of(a);
   const int64_t dims = at.dims;
-  const Tensor dy = contiguous_as(in[0], kFloat32), x = contiguous_as(in[1], kFloat32),
-               w = contiguous_as(in[2], kFloat32), mean = contiguous_as(in[3], kFloat32),
-               rstd = contiguous_as(in[4], kFloat32);
-  Tensor dx = make_tensor(mt[0].shape, kFloat32), dw = make_tensor(mt[1].shape, kFloat32),
+  const Tensor dy = dense(in[0]), x = dense(in[1]), w = contiguous_as(in[2], kFloat32),
+               mean = contiguous_as(in[3], kFloat32), rstd = contiguous_as(in[4], kFloat32);
+  Tensor dx = make_tensor(mt[0].shape, mt[0].dtype), dw = make_tensor(mt[1].shape, kFloat32),
          db = make_tensor(mt[2].shape, kFloat32);
+  // dweight and dbias in the weight's dtype, rounded once from their float32 sums.
+  auto outputs = [&] {
+    return Tensors{dx, mt[1].dtype == kFloat32 ? dw : cast_cpu(dw, mt[1].dtype),
+                   mt[2].dtype == kFloat32 ? db : cast_cpu(db, mt[2].dtype)};
+  };
   const RowGeom g = row_geom(x.shape(), dims);
   const int64_t n = g.n;
   float* dwp = dw.data<float>();
@@ -101,17 +136,15 @@ Tensors layer_norm_backward_cpu(const Tensors& in, const Attrs& a, const std::ve
   if (g.rows == 0) {
     std::fill(dwp, dwp + n, 0.f);
     std::fill(dbp, dbp + n, 0.f);
-    return {dx, dw, db};
+    return outputs();
   }
-  const float* gp = dy.data<float>();
-  const float* xp = x.data<float>();
+  const Rows gs(dy), xs(x), dxs(dx);
   const float* wp = w.data<float>();
   const float* mp = mean.data<float>();
   const float* rp = rstd.data<float>();
-  float* dxp = dx.data<float>();
   // residual: the gradient from the residual stream, added to dx as it is written.
-  const Tensor res = at.residual ? contiguous_as(in[5], kFloat32) : Tensor();
-  const float* rsp = at.residual ? res.data<float>() : nullptr;
+  const Tensor res = at.residual ? dense(in[5]) : Tensor();
+  const Rows res_rows(res);
   const int64_t blocks = (g.rows + kRows - 1) / kRows;
   // Per block: its weight-gradient partials, then its bias-gradient partials.
   std::vector<float> part(size_t(blocks * 2 * n), 0.f);
@@ -120,10 +153,11 @@ Tensors layer_norm_backward_cpu(const Tensors& in, const Attrs& a, const std::ve
   for (int64_t blk = 0; blk < blocks; ++blk) {
     float* pw = part.data() + blk * 2 * n;
     float* pb = pw + n;
+    float* buf = row_buffers(4, n);
     for (int64_t r = blk * kRows; r < std::min(g.rows, (blk + 1) * kRows); ++r) {
-      const float* gr = gp + r * n;
-      const float* xr = xp + r * n;
-      float* dxr = dxp + r * n;
+      const float* gr = gs.load(r * n, n, buf);
+      const float* xr = xs.load(r * n, n, buf + n);
+      float* dxr = dxs.out(r * n, buf + 2 * n);
       const float m = mp[r], rs = rp[r];
       float sg = 0.f, sgx = 0.f;  // sum(dy * w), sum(dy * w * xhat)
 #pragma omp simd reduction(+ : sg, sgx)
@@ -140,11 +174,12 @@ Tensors layer_norm_backward_cpu(const Tensors& in, const Attrs& a, const std::ve
         pw[i] += gr[i] * xh;
         pb[i] += gr[i];
       }
-      if (rsp) {
-        const float* rr = rsp + r * n;
+      if (at.residual) {
+        const float* rr = res_rows.load(r * n, n, buf + 3 * n);
 #pragma omp simd
         for (int64_t i = 0; i < n; ++i) dxr[i] += rr[i];
       }
+      dxs.store(r * n, n, dxr);
     }
   }
   for (int64_t i = 0; i < n; ++i) {
@@ -156,7 +191,7 @@ Tensors layer_norm_backward_cpu(const Tensors& in, const Attrs& a, const std::ve
     dwp[i] = float(sw);
     dbp[i] = float(sb);
   }
-  return {dx, dw, db};
+  return outputs();
 }
 
 }  // namespace

@@ -11,6 +11,8 @@
 // divisor); adaptive avg runs oneDNN when the output divides the input, else a small kernel of its own.
 #include <algorithm>
 #include <cmath>
+#include <bit>
+#include <cstdint>
 
 #include "axle/ops.h"
 #include "backend/cpu/dnnl.h"
@@ -238,26 +240,43 @@ bool is_2x2(const PoolCfg& c, const PoolGeom& g) {
   return c.kh == 2 && c.kw == 2 && c.sh == 2 && c.sw == 2 && full_windows(g, c);
 }
 
-template <class I>
-void max_fwd_nhwc_2x2(const float* x, const PoolGeom& g, float* y, I* ws) {
+// float32 or bf16 elements (T): compared as float32, the maximum stored back exactly (a
+// widened bf16 has 16 zero low bits); the backward moves raw element bits (no arithmetic).
+inline float ld(float v) { return v; }
+inline float ld(bfloat16 v) { return bfloat16::to_float(v.bits); }
+inline void st(float& d, float m) { d = m; }
+inline void st(bfloat16& d, float m) { d.bits = uint16_t(std::bit_cast<uint32_t>(m) >> 16); }
+inline float raw(float v) { return v; }
+inline uint16_t raw(bfloat16 v) { return v.bits; }
+inline void put(float& d, float v) { d = v; }
+inline void put(bfloat16& d, uint16_t v) { d.bits = v; }
+// x > 0 (a bf16's test on its bits, in 16-bit lanes: 0 < bits <= +inf's; NaN and -0 are not).
+inline bool positive(float v) { return v > 0.0f; }
+inline bool positive(bfloat16 v) { return uint16_t(v.bits - 1u) < uint16_t(0x7f80u); }
+// v where b, else 0 (bf16 bits masked: branch-free, so the loop vectorises).
+inline float keep_if(bool b, float v) { return b ? v : 0.0f; }
+inline uint16_t keep_if(bool b, uint16_t v) { return uint16_t(v & uint16_t(-int(b))); }
+
+template <class T, class I>
+void max_fwd_nhwc_2x2(const T* x, const PoolGeom& g, T* y, I* ws) {
   const int64_t C = g.C, W = g.W, H = g.H, OH = g.OH, OW = g.OW, rows = g.N * OH;
 #pragma omp parallel for schedule(static) if (rows * OW * C >= cpu::kParallelGrain / 4)
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t n = r / OH, i = r % OH;
     int32_t kb[256];
     for (int64_t j = 0; j < OW; ++j) {
-      const float* p00 = x + ((n * H + 2 * i) * W + 2 * j) * C;
-      const float *p01 = p00 + C, *p10 = p00 + W * C, *p11 = p10 + C;
-      float* yo = y + (r * OW + j) * C;
+      const T* p00 = x + ((n * H + 2 * i) * W + 2 * j) * C;
+      const T *p01 = p00 + C, *p10 = p00 + W * C, *p11 = p10 + C;
+      T* yo = y + (r * OW + j) * C;
       I* wo = ws + (r * OW + j) * C;
       for (int64_t c0 = 0; c0 < C; c0 += 256) {
         const int64_t nc = std::min<int64_t>(256, C - c0);
 #pragma omp simd
         for (int64_t cc = 0; cc < nc; ++cc) {
           const int64_t c = c0 + cc;
-          float m = p00[c];
+          float m = ld(p00[c]);
           int32_t k = 0;
-          const float v1 = p01[c], v2 = p10[c], v3 = p11[c];
+          const float v1 = ld(p01[c]), v2 = ld(p10[c]), v3 = ld(p11[c]);
           bool t = (v1 > m) | (v1 != v1);
           k = t ? 1 : k;
           m = t ? v1 : m;
@@ -267,7 +286,7 @@ void max_fwd_nhwc_2x2(const float* x, const PoolGeom& g, float* y, I* ws) {
           t = (v3 > m) | (v3 != v3);
           k = t ? 3 : k;
           m = t ? v3 : m;
-          yo[c] = m;
+          st(yo[c], m);
           kb[cc] = k;
         }
         for (int64_t cc = 0; cc < nc; ++cc) wo[c0 + cc] = I(kb[cc]);
@@ -277,39 +296,41 @@ void max_fwd_nhwc_2x2(const float* x, const PoolGeom& g, float* y, I* ws) {
 }
 
 // ym (optional, NHWC like gy): see max_bwd_own.
-template <class I>
-void max_bwd_nhwc_2x2(const float* gy, const I* ws, const PoolGeom& g, float* gx, const float* ym = nullptr) {
+template <class T, class I>
+void max_bwd_nhwc_2x2(const T* gy, const I* ws, const PoolGeom& g, T* gx, const T* ym = nullptr) {
   const int64_t C = g.C, W = g.W, H = g.H, OH = g.OH, OW = g.OW, rows = g.N * OH;
-  if (H != 2 * OH || W != 2 * OW) std::fill(gx, gx + g.N * H * W * C, 0.0f);  // rows/cols no window covers
+  using R = decltype(raw(T{}));
+  const R zero{};
+  if (H != 2 * OH || W != 2 * OW) std::fill(gx, gx + g.N * H * W * C, T{});  // rows/cols no window covers
 #pragma omp parallel for schedule(static) if (rows * OW * C >= cpu::kParallelGrain / 4)
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t n = r / OH, i = r % OH;
     for (int64_t j = 0; j < OW; ++j) {
-      float* p00 = gx + ((n * H + 2 * i) * W + 2 * j) * C;
-      float *p01 = p00 + C, *p10 = p00 + W * C, *p11 = p10 + C;
-      const float* go = gy + (r * OW + j) * C;
+      T* p00 = gx + ((n * H + 2 * i) * W + 2 * j) * C;
+      T *p01 = p00 + C, *p10 = p00 + W * C, *p11 = p10 + C;
+      const T* go = gy + (r * OW + j) * C;
       const I* wo = ws + (r * OW + j) * C;
       if (ym) {  // fused relu backward
-        const float* mo = ym + (r * OW + j) * C;
+        const T* mo = ym + (r * OW + j) * C;
 #pragma omp simd
         for (int64_t c = 0; c < C; ++c) {
           const int32_t k = int32_t(wo[c]);
-          const float v = mo[c] > 0.0f ? go[c] : 0.0f;
-          p00[c] = k == 0 ? v : 0.0f;
-          p01[c] = k == 1 ? v : 0.0f;
-          p10[c] = k == 2 ? v : 0.0f;
-          p11[c] = k == 3 ? v : 0.0f;
+          const R v = keep_if(positive(mo[c]), raw(go[c]));
+          put(p00[c], k == 0 ? v : zero);
+          put(p01[c], k == 1 ? v : zero);
+          put(p10[c], k == 2 ? v : zero);
+          put(p11[c], k == 3 ? v : zero);
         }
         continue;
       }
 #pragma omp simd
       for (int64_t c = 0; c < C; ++c) {
         const int32_t k = int32_t(wo[c]);
-        const float v = go[c];
-        p00[c] = k == 0 ? v : 0.0f;
-        p01[c] = k == 1 ? v : 0.0f;
-        p10[c] = k == 2 ? v : 0.0f;
-        p11[c] = k == 3 ? v : 0.0f;
+        const R v = raw(go[c]);
+        put(p00[c], k == 0 ? v : zero);
+        put(p01[c], k == 1 ? v : zero);
+        put(p10[c], k == 2 ? v : zero);
+        put(p11[c], k == 3 ? v : zero);
       }
     }
   }
@@ -401,6 +422,12 @@ Tensors pool_forward(const Tensor& x_in, const PoolCfg& c, const char* op) {
   PoolGeom g = pool_geom(x.shape(), c, op);
   const dg::Layout l = act_layout(x);
   const bool is_max = c.alg == dnnl::algorithm::pooling_max;
+  const bool fast_2x2 = is_max && is_2x2(c, g) && l == dg::Layout::NHWC && dg::is_dense(x, l);
+  if (x.dtype() == kBFloat16 && !fast_2x2) {  // bf16 elsewhere: float32 on the widened input, rounded once
+    Tensors r = pool_forward(cpu::cast_cpu(x, kFloat32), c, op);
+    r[0] = cpu::cast_cpu(r[0], kBFloat16);
+    return r;
+  }
   if (!is_max && overhangs(g, c)) return {avg_fwd_own(x, c, g)};
   auto own_max = [&]() -> Tensors {
     Tensor y = make_tensor({g.N, g.C, g.OH, g.OW}, kFloat32);
@@ -413,10 +440,13 @@ Tensors pool_forward(const Tensor& x_in, const PoolCfg& c, const char* op) {
     return {y, ws};
   };
   if (is_max && !max_channels_last(x, g, c)) return own_max();
-  if (is_max && is_2x2(c, g) && l == dg::Layout::NHWC && dg::is_dense(x, l)) {
-    Tensor y = dg::empty_4d({g.N, g.C, g.OH, g.OW}, l);
+  if (fast_2x2) {
+    Tensor y = dg::empty_4d({g.N, g.C, g.OH, g.OW}, l, x.dtype());
     Tensor ws = dg::empty_4d(y.shape(), l, ws_dtype(c));
-    if (y.numel() > 0) max_fwd_nhwc_2x2(x.data<float>(), g, y.data<float>(), ws.data<uint8_t>());
+    if (y.numel() > 0 && x.dtype() == kBFloat16)
+      max_fwd_nhwc_2x2(x.data<bfloat16>(), g, y.data<bfloat16>(), ws.data<uint8_t>());
+    else if (y.numel() > 0)
+      max_fwd_nhwc_2x2(x.data<float>(), g, y.data<float>(), ws.data<uint8_t>());
     return {y, ws};
   }
   if (is_max && any_nan_or_neg_inf(x)) return own_max();
@@ -468,6 +498,12 @@ Tensor pool_backward(const Tensor& gy_in, const Tensor& ws, const Shape& xs, con
   AXLE_CHECK(gy.shape() == (Shape{g.N, g.C, g.OH, g.OW}), "[", op, "] expected grad of shape ",
              shape_str({g.N, g.C, g.OH, g.OW}), ", got ", shape_str(gy.shape()));
   const bool is_max = c.alg == dnnl::algorithm::pooling_max;
+  const dg::Layout l = is_max ? act_layout(ws) : act_layout(gy);
+  const bool fast_2x2 = is_max && is_2x2(c, g) && l == dg::Layout::NHWC && dg::is_dense(ws, l);
+  if (gy.dtype() == kBFloat16 && !fast_2x2) {  // bf16 elsewhere: float32 on the widened gradient, rounded once
+    auto wide = [](const Tensor& t) { return t.defined() && t.dtype() == kBFloat16 ? cpu::cast_cpu(t, kFloat32) : t; };
+    return cpu::cast_cpu(pool_backward(wide(gy), ws, xs, c, op, wide(y), wide(x)), kBFloat16);
+  }
   if (!is_max && overhangs(g, c)) return avg_bwd_own(gy, c, g);
   if (is_max && dg::is_dense(ws, dg::Layout::NCHW)) {  // made by max_fwd_own
     Tensor gx = make_tensor(xs, kFloat32);
@@ -481,19 +517,22 @@ Tensor pool_backward(const Tensor& gy_in, const Tensor& ws, const Shape& xs, con
       max_bwd_own(gc.data<float>(), ws.data<int32_t>(), c, g, gx.data<float>(), ym);
     return gx;
   }
-  const dg::Layout l = is_max ? act_layout(ws) : act_layout(gy);
-  Tensor gx = dg::empty_4d(xs, l);
+  Tensor gx = dg::empty_4d(xs, l, gy.dtype());
   if (gx.numel() == 0) return gx;
-  if (is_max && is_2x2(c, g) && l == dg::Layout::NHWC && dg::is_dense(ws, l)) {
+  if (fast_2x2) {
     auto in_layout = [&](const Tensor& t) {
-      if (dg::is_dense(t, l)) return t;
-      Tensor d = dg::empty_4d(t.shape(), l);
+      if (dg::is_dense(t, l) && t.dtype() == gy.dtype()) return t;
+      Tensor d = dg::empty_4d(t.shape(), l, gy.dtype());
       cpu::copy_into(d, t);
       return d;
     };
     Tensor gc = in_layout(gy);
     Tensor yc = masked ? in_layout(y) : Tensor();
-    max_bwd_nhwc_2x2(gc.data<float>(), ws.data<uint8_t>(), g, gx.data<float>(), masked ? yc.data<float>() : nullptr);
+    if (gy.dtype() == kBFloat16)
+      max_bwd_nhwc_2x2(gc.data<bfloat16>(), ws.data<uint8_t>(), g, gx.data<bfloat16>(),
+                       masked ? yc.data<bfloat16>() : nullptr);
+    else
+      max_bwd_nhwc_2x2(gc.data<float>(), ws.data<uint8_t>(), g, gx.data<float>(), masked ? yc.data<float>() : nullptr);
     return gx;
   }
   if (masked) {  // any other kernel: the plain gradient, then the relu backward mask from x

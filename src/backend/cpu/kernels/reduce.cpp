@@ -13,6 +13,7 @@
 #include <type_traits>
 
 #include "axle/ops.h"
+#include "backend/cpu/bf16.h"
 #include "backend/cpu/kernels/kernels.h"
 #include "backend/cpu/kernels/vexp.h"
 #include "backend/cpu/loops.h"
@@ -187,23 +188,30 @@ T reduce_row(const T* p, int64_t n) {
   }
 }
 
-/// out[o, i] = reduce_r x[o, r, i] for I > 1: whole rows accumulated in column tiles.
-template <class T, RK K>
-void reduce_cols(const T* x, T* out, const Geom& g) {
+/// out[o, i] = reduce_r x[o, r, i] for I > 1: whole rows accumulated in column tiles. In: the
+/// input's element type, T's or (float sums only) bf16, widened as it is read.
+template <class T, RK K, class In = T>
+void reduce_cols(const In* x, T* out, const Geom& g) {
   constexpr int64_t TW = 256;
   const int64_t tiles = (g.I + TW - 1) / TW;
   const int64_t tasks = g.O * tiles;
 #pragma omp parallel for schedule(static) if (g.O * g.R * g.I >= kGrain && tasks > 1)
   for (int64_t t = 0; t < tasks; ++t) {
     const int64_t o = t / tiles, c0 = (t % tiles) * TW, w = std::min(TW, g.I - c0);
-    const T* base = x + o * g.R * g.I + c0;
+    const In* base = x + o * g.R * g.I + c0;
     T* dst = out + o * g.I + c0;
     if constexpr (K == RK::Sum && std::is_same_v<T, float>) {
       // Three-level cascade (blocks of 64 rows) keeps float error ~ (200 + R/2^18) eps.
-      float l0[TW], l1[TW], l2[TW];
+      float l0[TW], l1[TW], l2[TW], wide[TW];
       for (int64_t j = 0; j < w; ++j) l0[j] = l1[j] = l2[j] = 0.f;
       for (int64_t r = 0; r < g.R; ++r) {
-        const float* row = base + r * g.I;
+        const float* row;
+        if constexpr (std::is_same_v<In, float>) {
+          row = base + r * g.I;
+        } else {  // bf16: the tile's row widened first (a loop that vectorises), then added
+          widen_bf16(base + r * g.I, wide, w);
+          row = wide;
+        }
 #pragma omp simd
         for (int64_t j = 0; j < w; ++j) l0[j] += row[j];
         if ((r + 1) % 64 == 0) {
@@ -233,6 +241,29 @@ void reduce_cols(const T* x, T* out, const Geom& g) {
   }
 }
 
+/// reduce_cols for I > 1, R > 0, with row chunks when there are few column tiles.
+template <class T, RK K, class In = T>
+void reduce_cols_chunked(const In* x, T* out, const Geom& g) {
+  const int64_t tiles = (g.I + 255) / 256;
+  constexpr int64_t CR = 512;
+  if (g.O * tiles < 64 && g.R >= 2 * CR && g.O * g.R * g.I >= 4 * kGrain) {
+    // Few column tiles but many rows (e.g. a big bias gradient): reduce row chunks in parallel,
+    // then reduce the partial results. The choice and the chunks depend on the shape only, so
+    // the result does not depend on the thread count.
+    const int64_t nc = (g.R + CR - 1) / CR;
+    std::vector<T> part(static_cast<size_t>(g.O * nc * g.I));
+#pragma omp parallel for schedule(static) collapse(2) if (omp_get_max_threads() > 1)
+    for (int64_t o = 0; o < g.O; ++o)
+      for (int64_t c = 0; c < nc; ++c) {
+        Geom gc{1, std::min(CR, g.R - c * CR), g.I};
+        reduce_cols<T, K, In>(x + (o * g.R + c * CR) * g.I, part.data() + (o * nc + c) * g.I, gc);
+      }
+    reduce_cols<T, K>(part.data(), out, Geom{g.O, nc, g.I});
+    return;
+  }
+  reduce_cols<T, K, In>(x, out, g);
+}
+
 template <class T, RK K>
 void reduce_kernel(const T* x, T* out, const Geom& g) {
   if (g.R == 0) {  // empty sum
@@ -240,24 +271,7 @@ void reduce_kernel(const T* x, T* out, const Geom& g) {
     return;
   }
   if (g.I > 1) {
-    const int64_t tiles = (g.I + 255) / 256;
-    constexpr int64_t CR = 512;
-    if (g.O * tiles < 64 && g.R >= 2 * CR && g.O * g.R * g.I >= 4 * kGrain) {
-      // Few column tiles but many rows (e.g. a big bias gradient): reduce row chunks in parallel,
-      // then reduce the partial results. The choice and the chunks depend on the shape only, so
-      // the result does not depend on the thread count.
-      const int64_t nc = (g.R + CR - 1) / CR;
-      std::vector<T> part(static_cast<size_t>(g.O * nc * g.I));
-#pragma omp parallel for schedule(static) collapse(2) if (omp_get_max_threads() > 1)
-      for (int64_t o = 0; o < g.O; ++o)
-        for (int64_t c = 0; c < nc; ++c) {
-          Geom gc{1, std::min(CR, g.R - c * CR), g.I};
-          reduce_cols<T, K>(x + (o * g.R + c * CR) * g.I, part.data() + (o * nc + c) * g.I, gc);
-        }
-      reduce_cols<T, K>(part.data(), out, Geom{g.O, nc, g.I});
-      return;
-    }
-    reduce_cols<T, K>(x, out, g);
+    reduce_cols_chunked<T, K>(x, out, g);
     return;
   }
   if (g.O == 1 && g.R >= 2 * kGrain) {
@@ -279,6 +293,25 @@ Tensors reduce_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>& m
   auto m = reduce_mask(in[0].shape(), a.ints, 1, rk_name<K>());
   const DType t = mt[0].dtype;
   Geom g;
+  if (t == kBFloat16) {
+    // bf16 result: float32 sums rounded once. Summing bf16 columns (a bias gradient of a bf16
+    // product: x [rows, C] over the rows) widens each element as it is read, in the float32
+    // kernel's order (the same bits as widening x first); anything else (a strided x too) widens x first.
+    Tensor out32 = make_tensor(mt[0].shape, kFloat32);
+    if (out32.numel() == 0) return {make_tensor(mt[0].shape, t)};
+    if constexpr (K == RK::Sum) {
+      if (in[0].dtype() == kBFloat16 && in[0].is_contiguous()) {
+        Tensor x = prepare(in[0], kBFloat16, m, g);
+        if (g.I > 1 && g.R > 0) {
+          reduce_cols_chunked<float, K, bfloat16>(x.data<bfloat16>(), out32.data<float>(), g);
+          return {cpu::cast_cpu(out32, t)};
+        }
+      }
+    }
+    Tensor x = prepare(in[0], kFloat32, m, g);
+    reduce_kernel<float, K>(x.data<float>(), out32.data<float>(), g);
+    return {cpu::cast_cpu(out32, t)};
+  }
   Tensor x = prepare(in[0], t, m, g);
   Tensor out = make_tensor(mt[0].shape, t);
   if (out.numel() == 0) return {out};
