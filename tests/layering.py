@@ -9,6 +9,11 @@ layer must be at or above the included header's layer, unless the pair is listed
 src/LAYERS as a known `allow` (then it must still occur: a stale entry fails too).
 A header named *_internal.h is private to its layer: only files of that layer include
 it (what the layers above may use is in the layer's other headers).
+No file opens the namespace of a higher layer (a namespace named after a layer belongs to
+it: `namespace lazy {` in src/core), not even to forward-declare a type: that is how a
+file would name a higher layer's type without including it, so the include check alone
+leaves that door open. Known exceptions are src/LAYERS' `allow-namespace FILE NAMESPACE`
+lines (a stale one fails too).
 With objects, each symbol a layer's object files use must be defined (strongly) in that
 layer or a lower one, unless listed as `allow-call FILE LAYER` (FILE `*`: any file).
 
@@ -25,12 +30,14 @@ SCANNED = ("src", "include", "python")
 EXTENSIONS = (".h", ".hpp", ".cpp", ".cc", ".def", ".inc")
 INCLUDE = re.compile(r'^\s*#\s*include\s*(?:"([^"]+)"|<(axle/[^>]+)>)')
 ANY_INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]')
+NAMESPACE = re.compile(r'\bnamespace\s+(\w+(?:\s*::\s*\w+)*)\s*\{')  # `namespace axle::lazy {` -> axle::lazy
 THIRD_PARTY = {}  # header prefix -> the paths whose files may include it (src/LAYERS' third-party lines)
 
 
 def read_rule(root):
-    """Returns (layers in order, [(owned path, layer)], {(file, header): line number})."""
-    layers, owned, allowed, calls = [], [], {}, {}
+    """Returns (layers in order, [(owned path, layer)], {(file, header): line number},
+    {(file, layer): line number} of allow-call, {(file, namespace): line number} of allow-namespace)."""
+    layers, owned, allowed, calls, namespaces = [], [], {}, {}, {}
     path = os.path.join(root, "src", "LAYERS")
     with open(path) as f:
         for n, line in enumerate(f, 1):
@@ -41,6 +48,11 @@ def read_rule(root):
                 if len(words) != 3:
                     sys.exit(f"src/LAYERS:{n}: expected 'allow-call FILE LAYER', got: {line.strip()}")
                 calls[(words[1], words[2])] = n
+                continue
+            if words[0] == "allow-namespace":
+                if len(words) != 3:
+                    sys.exit(f"src/LAYERS:{n}: expected 'allow-namespace FILE NAMESPACE', got: {line.strip()}")
+                namespaces[(words[1], words[2])] = n
                 continue
             if words[0] == "third-party":
                 if len(words) < 3:
@@ -57,7 +69,7 @@ def read_rule(root):
                 sys.exit(f"src/LAYERS:{n}: layer '{name}' listed twice")
             layers.append(name)
             owned += [(p, name) for p in paths]
-    return layers, owned, allowed, calls
+    return layers, owned, allowed, calls, namespaces
 
 
 def layer_of(rel, owned):
@@ -81,11 +93,11 @@ def resolve(root, including, header):
 
 def main():
     root = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), ".."))
-    layers, owned, allowed, calls = read_rule(root)
+    layers, owned, allowed, calls, namespaces = read_rule(root)
     rank = {name: i for i, name in enumerate(layers)}
     if len(sys.argv) > 2:
         return check_symbols(layers, rank, calls, sys.argv[2:])
-    errors, used, files, edges = [], set(), 0, 0
+    errors, used, used_ns, files, edges = [], set(), set(), 0, 0
     for top in SCANNED:
         for d, _, names in sorted(os.walk(os.path.join(root, top))):
             for fname in sorted(names):
@@ -99,6 +111,17 @@ def main():
                     continue
                 with open(os.path.join(root, rel), errors="replace") as f:
                     for n, line in enumerate(f, 1):
+                        for ns in NAMESPACE.finditer(line.split("//", 1)[0]):
+                            for name in re.split(r"\s*::\s*", ns.group(1)):
+                                if name not in rank or rank[name] <= rank[mine]:
+                                    continue
+                                if (rel, name) in namespaces:
+                                    used_ns.add((rel, name))
+                                    continue
+                                errors.append(f"{rel}:{n}: layer {mine} opens namespace {name} of layer {name}, "
+                                              "which is above it (opening it, if only to forward-declare a type, names what this layer "
+                                              "must not know; hold an interface of this layer that the higher "
+                                              "one implements, as TensorImpl::device_state)")
                         t = ANY_INCLUDE.match(line)
                         for prefix, paths in THIRD_PARTY.items():
                             if t and t.group(1).startswith(prefix) and not any(rel.startswith(p) for p in paths):
@@ -128,8 +151,13 @@ def main():
         if (rel, header) not in used:
             errors.append(f"src/LAYERS:{n}: stale 'allow {rel} {header}': that upward include is gone; "
                           "delete the line")
+    for (rel, name), n in sorted(namespaces.items(), key=lambda kv: kv[1]):
+        if (rel, name) not in used_ns:
+            errors.append(f"src/LAYERS:{n}: stale 'allow-namespace {rel} {name}': {rel} no longer opens "
+                          "that namespace; delete the line")
     print(f"layering: {files} files, {edges} includes within the tree, {len(layers)} layers, "
-          f"{len(used)} known upward includes allowed by src/LAYERS")
+          f"{len(used)} known upward includes and {len(used_ns)} known namespaces of a higher layer "
+          "allowed by src/LAYERS")
     for e in errors:
         print(e)
     if errors:

@@ -1,4 +1,4 @@
-// Devices: `cpu` runs each op eagerly; `xla:N` is the lazy device (ops are traced into a graph).
+// Devices: `cpu` runs each op eagerly; `xla:N` defers them (ops are traced into a graph).
 // A Device converts implicitly from a string, as in PyTorch: `t.to("xla")`,
 // `model->to("cpu")`, `axle::Device("xla:0")`.
 #pragma once

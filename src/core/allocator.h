@@ -17,7 +17,7 @@ class Allocator {
   /// The size actually reserved for a request of `nbytes` (>= nbytes).
   virtual size_t round_size(size_t nbytes) const { return nbytes; }
   /// A new block of `nbytes` (already rounded) for `device`. `device` may be rewritten to
-  /// the device whose counters hold the block (the cpu charges host blocks to the lazy
+  /// the device whose counters hold the block (the cpu charges host blocks to the xla
   /// device while it computes for it); deallocate gets the rewritten one back.
   virtual void* allocate(size_t nbytes, Device& device) = 0;
   /// Returns a block from allocate(nbytes, device).

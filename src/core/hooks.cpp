@@ -3,14 +3,14 @@
 
 namespace axle {
 namespace {
-LazyDeviceHooks g_lazy;
+DeviceHooks g_device;
 }  // namespace
 
-void set_lazy_device_hooks(const LazyDeviceHooks& h) { g_lazy = h; }
+void set_device_hooks(const DeviceHooks& h) { g_device = h; }
 
-const LazyDeviceHooks& lazy_device_hooks() {
+const DeviceHooks& device_hooks() {
   ensure_initialized();
-  return g_lazy;
+  return g_device;
 }
 
 }  // namespace axle

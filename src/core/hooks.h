@@ -5,22 +5,24 @@
 #include "axle/tensor.h"
 
 namespace axle {
-namespace lazy { struct LazyTensor; }
+struct DeviceState;  // core/tensor_impl.h
 
-/// What core needs from the lazy device (installed by lazy::register_hooks).
-struct LazyDeviceHooks {
+/// What core needs from the layer serving the xla device (which installs them from its
+/// registration function).
+struct DeviceHooks {
   /// Materialises an xla tensor (running only what it needs) and copies it to cpu;
   /// `reason` names the reader ("item", "to(cpu)", "print").
   Tensor (*to_cpu)(const Tensor& xla_tensor, const char* reason) = nullptr;
-  /// Copies a cpu tensor to the lazy device `d`.
+  /// Copies a cpu tensor to the xla device `d`.
   Tensor (*to_device)(const Tensor& cpu_tensor, Device d) = nullptr;
-  /// Tensor::set_data replaced `t`'s lazy state `old`: `t` keeps the name `old` gave it in
-  /// explanations ("parameter fc1.weight") and, under SPMD, its sharding.
-  void (*keep_label)(const Tensor& t, const lazy::LazyTensor& old) = nullptr;
+  /// Tensor::set_data replaced `t`'s device state `old` (TensorImpl::device_state): `t`
+  /// keeps the name `old` gave it in explanations ("parameter fc1.weight") and, under
+  /// SPMD, its sharding.
+  void (*keep_label)(const Tensor& t, const DeviceState& old) = nullptr;
 };
-void set_lazy_device_hooks(const LazyDeviceHooks& h);
+void set_device_hooks(const DeviceHooks& h);
 /// The installed hooks (every layer is registered first, once).
-const LazyDeviceHooks& lazy_device_hooks();
+const DeviceHooks& device_hooks();
 
 /// Calls every layer's registration function once, lowest layer first. Defined by the top
 /// layer, src/init/init.cpp (the composition root): the one name core calls above itself,

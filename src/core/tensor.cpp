@@ -75,7 +75,7 @@ Tensor make_view(const Tensor& base, const Shape& shape, const Shape& strides, i
   impl->strides = strides;
   impl->offset = offset;
   impl->storage = b->storage;
-  impl->lazy = b->lazy;
+  impl->device_state = b->device_state;
   impl->refresh();
   return Tensor(std::move(impl));
 }
@@ -179,14 +179,14 @@ template bfloat16* Tensor::data<bfloat16>() const;
 double Tensor::item() const {
   AXLE_DEFINED("item");
   AXLE_CHECK(impl_->numel == 1, "[item] expected a tensor with one element, got shape ", shape_str(impl_->shape));
-  Tensor c = impl_->device.is_cpu() ? *this : lazy_device_hooks().to_cpu(*this, "item");
+  Tensor c = impl_->device.is_cpu() ? *this : device_hooks().to_cpu(*this, "item");
   return load(c.impl()->data(), c.impl()->dtype);
 }
 
 template <class T>
 std::vector<T> Tensor::to_vector() const {
   AXLE_DEFINED("to_vector");
-  Tensor c = impl_->device.is_cpu() ? *this : lazy_device_hooks().to_cpu(*this, "to_vector");
+  Tensor c = impl_->device.is_cpu() ? *this : device_hooks().to_cpu(*this, "to_vector");
   std::vector<T> out;
   out.reserve(size_t(c.numel()));
   DType t = c.dtype();
@@ -202,9 +202,9 @@ template std::vector<uint8_t> Tensor::to_vector<uint8_t>() const;
 Tensor Tensor::to(Device d) const {
   AXLE_DEFINED("to");
   if (d == impl_->device) return *this;
-  if (impl_->device.is_cpu()) return lazy_device_hooks().to_device(*this, d);
+  if (impl_->device.is_cpu()) return device_hooks().to_device(*this, d);
   AXLE_CHECK(d.is_cpu(), "[to] expected a move between cpu and ", impl_->device, ", got ", impl_->device, " -> ", d);
-  return lazy_device_hooks().to_cpu(*this, "to(cpu)");
+  return device_hooks().to_cpu(*this, "to(cpu)");
 }
 
 Tensor Tensor::detach() const {
@@ -252,7 +252,7 @@ void rebind_data(const Tensor& dst, const Tensor& src) {
   d->strides = s->strides;
   d->offset = s->offset;
   d->storage = s->storage;
-  d->lazy = s->lazy;
+  d->device_state = s->device_state;
   d->refresh();
 }
 
@@ -263,20 +263,20 @@ void Tensor::set_data(const Tensor& other) const {
              shape_str(shape()), ", got ", other.dtype(), " ", shape_str(other.shape()));
   AXLE_CHECK(other.device() == device(), "[set_data] expected a tensor on ", device(), ", got ", other.device());
   const TensorImpl* o = other.impl();
-  std::shared_ptr<lazy::LazyTensor> old = std::move(impl_->lazy);
-  impl_->lazy = o->lazy;
+  std::shared_ptr<DeviceState> old = std::move(impl_->device_state);
+  impl_->device_state = o->device_state;
   impl_->storage = o->storage;
   impl_->strides = o->strides;
   impl_->offset = o->offset;
   impl_->refresh();
   // New values, same tensor: it keeps its name in AXLE_DEBUG explanations ("parameter fc1.weight").
-  if (old) lazy_device_hooks().keep_label(*this, *old);
+  if (old) device_hooks().keep_label(*this, *old);
 }
 
 // ---------------------------------------------------------------- printing
 std::string Tensor::str() const {
   if (!impl_) return "tensor(undefined)";
-  Tensor c = impl_->device.is_cpu() ? *this : lazy_device_hooks().to_cpu(*this, "print");
+  Tensor c = impl_->device.is_cpu() ? *this : device_hooks().to_cpu(*this, "print");
   std::ostringstream os;
   const TensorImpl* t = c.impl();
   const int64_t nd = int64_t(t->shape.size());

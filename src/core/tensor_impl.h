@@ -10,7 +10,6 @@
 
 namespace axle {
 namespace autograd { struct Node; }
-namespace lazy { struct LazyTensor; }
 class Allocator;  // core/allocator.h
 
 /// A block of device memory from the allocator of its device type's backend (the cpu's:
@@ -37,6 +36,17 @@ struct AutogradMeta {
   std::vector<std::pair<int64_t, std::function<void(const Tensor&)>>> grad_hooks;
 };
 
+/// State that a device layer above core attaches to a tensor whose data core does not hold
+/// (an xla tensor: its pending computation or its device buffer; its `storage` is null).
+/// Core carries it without reading it: a view shares its base's, and rebinding or
+/// set_data moves it with the data (set_data hands the replaced one back through
+/// core/hooks.h). The layer that attaches it is the only one that knows its type, so it
+/// alone casts it back. A slot rather than a TensorImpl subclass (PyTorch's choice) because
+/// core makes views and rebinds impls itself, and with a slot it needs no hook to do so.
+struct DeviceState {
+  virtual ~DeviceState() = default;
+};
+
 struct TensorImpl {
   DType dtype = kFloat32;
   Device device;
@@ -46,7 +56,7 @@ struct TensorImpl {
   bool contiguous = true;
   std::shared_ptr<Storage> storage;
   std::unique_ptr<AutogradMeta> autograd;
-  std::shared_ptr<lazy::LazyTensor> lazy;  ///< xla tensors: pending IR or device data (storage is null)
+  std::shared_ptr<DeviceState> device_state;  ///< set by the layer serving the device (storage is then null)
 
   char* data() const { return static_cast<char*>(storage->data) + offset * static_cast<int64_t>(itemsize(dtype)); }
   void refresh();  ///< recomputes numel and contiguous from shape/strides

@@ -12,7 +12,7 @@ bool eager_active() { return g_eager.load(std::memory_order_relaxed) && current_
 
 void run_eagerly(const ops::Tensors& outs) {
   std::vector<std::shared_ptr<LazyTensor>> targets;
-  for (const Tensor& t : outs) targets.push_back(t.impl()->lazy);
+  for (const Tensor& t : outs) targets.push_back(shared_lazy_of(t));
   execute(targets, "eager op", "eager");
 }
 

@@ -7,12 +7,14 @@
 
 #include "axle/metrics.h"
 #include "compiler/program.h"
+#include "core/tensor_impl.h"
 #include "ops/op.h"
 #include "spmd/sharding.h"
 
 namespace axle::lazy {
 
 struct Node;
+struct LazyTensor;  ///< an xla tensor's state (below)
 using NodePtr = std::shared_ptr<Node>;
 struct Execution;
 struct SpmdProgram;  ///< a compiled SPMD graph (spmd_exec.cpp)
@@ -61,8 +63,9 @@ struct Node {
 };
 
 /// What an xla tensor holds: pending IR, or materialised device data. Shared by a
-/// tensor and its detached aliases, so materialising one materialises all.
-struct LazyTensor {
+/// tensor and its detached aliases, so materialising one materialises all. Held as its
+/// TensorImpl's device state (core/tensor_impl.h); read it through lazy_of.
+struct LazyTensor final : DeviceState {
   LazyTensor();   ///< counts live lazy states (use_spmd warns when some exist)
   ~LazyTensor();  ///< counts DestroyXlaTensor
   Value ir;           ///< pending computation; null once materialised
@@ -88,6 +91,12 @@ struct LazyTensor {
   /// The SPMD graph that computed this tensor (for xs::explain); null otherwise.
   std::shared_ptr<const SpmdProgram> producer;
 };
+
+/// The lazy state of `t`; null for an undefined or cpu tensor. This layer is the only one
+/// that sets a TensorImpl's device state (make_xla), so the cast back is static.
+LazyTensor* lazy_of(const Tensor& t);
+/// The same, shared: for what must keep the state alive (the live-tensor registry, targets).
+std::shared_ptr<LazyTensor> shared_lazy_of(const Tensor& t);
 
 /// The tensor's device data: waits for the execution that produces it (only that one)
 /// if it is still running; throws that execution's error, naming its graph.

@@ -36,12 +36,14 @@ bool is_spmd() { return dist::detail::spmd_mode(); }
 namespace axle::xs {
 namespace {
 using lazy::LazyTensor;
+using lazy::lazy_of;
+using lazy::shared_lazy_of;
 using lazy::detail::spmd_devices;
 
 LazyTensor& lazy_of(const Tensor& t, const char* op) {
   AXLE_CHECK(t.defined(), "[", op, "] expected a defined tensor");
   AXLE_CHECK(t.device().is_xla(), "[", op, "] expected a tensor on the xla device, got one on ", t.device());
-  return *t.impl()->lazy;
+  return *lazy_of(t);
 }
 
 void check_spmd(const char* op) {
@@ -50,7 +52,7 @@ void check_spmd(const char* op) {
 
 // Runs t's pending graph, if any (its shards then exist).
 void materialize(const Tensor& t) {
-  auto lt = t.impl()->lazy;
+  auto lt = shared_lazy_of(t);
   if (lt->ir) {
     lazy::TraceContext* ctx = lazy::current_context();
     lazy::detail::execute({lt}, "sharding", ctx ? ctx->name : "step");
@@ -106,7 +108,7 @@ Tensor& mark_sharding(Tensor& t, const Mesh& mesh, const PartitionSpec& spec) {
       NoGradGuard ng;
       c = ops::sharding_constraint(t, enc, /*on_grad=*/false);
     }
-    lt.ir = c.impl()->lazy->ir;
+    lt.ir = lazy_of(c)->ir;
     lt.sharding = s;
     return t;
   }
@@ -125,7 +127,7 @@ Tensor mark_sharding_with_gradients(const Tensor& t, const Mesh& mesh, const Par
   std::vector<int64_t> enc;
   spmd::encode(s, enc);
   Tensor out = ops::sharding_constraint(t, enc, /*on_grad=*/true);
-  out.impl()->lazy->sharding = std::make_shared<const spmd::Sharding>(std::move(s));
+  lazy_of(out)->sharding = std::make_shared<const spmd::Sharding>(std::move(s));
   return out;
 }
 
@@ -145,13 +147,13 @@ Tensor& clear_sharding(Tensor& t) {
 
 std::string get_sharding_spec(const Tensor& t) {
   if (!t.defined() || !t.device().is_xla()) return "";
-  const LazyTensor& lt = *t.impl()->lazy;
+  const LazyTensor& lt = *lazy_of(t);
   return lt.sharding ? lt.sharding->to_hlo_v1() : "";
 }
 
 std::optional<ShardingType> get_sharding_type(const Tensor& t) {
   if (!t.defined() || !t.device().is_xla()) return std::nullopt;
-  const LazyTensor& lt = *t.impl()->lazy;
+  const LazyTensor& lt = *lazy_of(t);
   if (!lt.sharding) return std::nullopt;
   switch (lt.sharding->kind) {
     case spmd::Sharding::Kind::Replicated: return ShardingType::REPLICATED;
@@ -164,7 +166,7 @@ std::optional<ShardingType> get_sharding_type(const Tensor& t) {
 std::string inferred_sharding(const Tensor& t) {
   check_spmd("inferred_sharding");
   lazy_of(t, "inferred_sharding");
-  const std::shared_ptr<LazyTensor>& lt = t.impl()->lazy;
+  const std::shared_ptr<LazyTensor> lt = shared_lazy_of(t);
   if (!lt->ir) return lt->sharding ? lt->sharding->to_hlo_v1() : "{replicated}";
   return lazy::detail::infer_sharding(lt).to_hlo_v1();
 }
@@ -262,7 +264,7 @@ std::string explain(const std::vector<Tensor>& outputs) {
   std::shared_ptr<const lazy::SpmdProgram> producer;
   for (const Tensor& t : outputs) {
     lazy_of(t, "explain");
-    const auto& lt = t.impl()->lazy;
+    const auto lt = shared_lazy_of(t);
     if (lt->ir) pending.push_back(lt);
     else if (lt->producer && !producer) producer = lt->producer;
   }
@@ -299,7 +301,7 @@ Tensor enable_manual_sharding(const Tensor& t, const PartitionSpec& spec, const 
   Tensor marked = t;  // shares t's state: t itself is marked, as torch_xla
   mark_sharding(marked, m, spec);
   materialize(t);
-  LazyTensor& lt = *t.impl()->lazy;
+  LazyTensor& lt = *lazy_of(t);
   AXLE_CHECK(!lt.shards.empty(), "[enable_manual_sharding] internal: the marked tensor has no shards");
   spmd::Sharding s;
   s.kind = spmd::Sharding::Kind::Manual;
@@ -327,7 +329,7 @@ Tensor disable_manual_sharding(const Tensor& t, const PartitionSpec& spec, const
 namespace debugging {
 std::string visualize_tensor_sharding(const Tensor& t, VisualizeOptions o) {
   lazy_of(t, "visualize_tensor_sharding");
-  const LazyTensor& lt = *t.impl()->lazy;
+  const LazyTensor& lt = *lazy_of(t);
   return visualize_sharding(lt.sharding ? lt.sharding->to_hlo_v1() : std::string("{replicated}"), o);
 }
 }  // namespace debugging

@@ -25,7 +25,7 @@ Tensor make_xla(const Shape& shape, DType dtype, Device dev, std::shared_ptr<Laz
   impl->shape = shape;
   impl->strides = contiguous_strides(shape);
   impl->refresh();
-  impl->lazy = std::move(lt);
+  impl->device_state = std::move(lt);
   return Tensor(std::move(impl));
 }
 
@@ -76,8 +76,9 @@ Value value_of(const Tensor& t) {
     seal_node(*n);
     return {n, 0};
   }
-  if (ti->lazy->ir) return ti->lazy->ir;
-  return {data_node_for(ti->lazy, ti->shape, ti->dtype), 0};
+  const std::shared_ptr<LazyTensor> lt = shared_lazy_of(t);
+  if (lt->ir) return lt->ir;
+  return {data_node_for(lt, ti->shape, ti->dtype), 0};
 }
 
 void track(const std::shared_ptr<LazyTensor>& lt) {
@@ -100,6 +101,15 @@ using namespace detail;
 namespace detail {
 std::atomic<int64_t> g_live_lazy{0};
 }  // namespace detail
+
+LazyTensor* lazy_of(const Tensor& t) {
+  return t.defined() ? static_cast<LazyTensor*>(t.impl()->device_state.get()) : nullptr;
+}
+
+std::shared_ptr<LazyTensor> shared_lazy_of(const Tensor& t) {
+  return t.defined() ? std::static_pointer_cast<LazyTensor>(t.impl()->device_state) : nullptr;
+}
+
 LazyTensor::LazyTensor() { g_live_lazy.fetch_add(1, std::memory_order_relaxed); }
 LazyTensor::~LazyTensor() {
   g_live_lazy.fetch_sub(1, std::memory_order_relaxed);
@@ -130,7 +140,7 @@ ops::Tensors record(ops::OpKind k, const ops::Tensors& in, const ops::Attrs& a, 
 
 void set_label(const Tensor& t, const std::string& label, LabelRank rank) {
   if (!t.defined() || !t.device().is_xla()) return;
-  LazyTensor& lt = *t.impl()->lazy;
+  LazyTensor& lt = *lazy_of(t);
   if (lt.label_rank > rank) return;
   lt.label = label;
   lt.label_rank = rank;
@@ -142,8 +152,8 @@ void replace_value(const Tensor& dst, const Tensor& src) {
              "[replace_value] expected two xla tensors");
   AXLE_CHECK(dst.shape() == src.shape() && dst.dtype() == src.dtype(), "[replace_value] expected ", dst.dtype(),
              " ", shape_str(dst.shape()), ", got ", src.dtype(), " ", shape_str(src.shape()));
-  LazyTensor& d = *dst.impl()->lazy;
-  const LazyTensor& s = *src.impl()->lazy;
+  LazyTensor& d = *lazy_of(dst);
+  const LazyTensor& s = *lazy_of(src);
   if (&d == &s) return;
   d.ir = s.ir;
   d.buffer = s.buffer;
@@ -153,11 +163,11 @@ void replace_value(const Tensor& dst, const Tensor& src) {
   d.shards = s.shards;
   d.updates.reset();
   d.producer = s.producer;
-  if (d.ir) track(dst.impl()->lazy);
+  if (d.ir) track(shared_lazy_of(dst));
 }
 
 std::string label_of(const Tensor& t) {
-  return t.defined() && t.device().is_xla() ? t.impl()->lazy->label : std::string();
+  return t.defined() && t.device().is_xla() ? lazy_of(t)->label : std::string();
 }
 
 TraceContext* current_context() { return g_context; }

@@ -23,7 +23,7 @@ Tensor to_device(const Tensor& t, Device dev) {
 }
 
 Tensor to_cpu(const Tensor& t, const char* reason) {
-  auto lt = t.impl()->lazy;
+  auto lt = shared_lazy_of(t);
   if (lt->ir) {
     TraceContext* ctx = current_context();
     AXLE_CHECK(!ctx || !ctx->full_graph, "[", reason, "] reads a value inside compiled function '", ctx->name,

@@ -26,7 +26,7 @@ struct Traced {
 };
 Traced trace(const std::vector<Tensor>& roots) {
   std::vector<lazy::Value> vals;
-  for (const Tensor& t : roots) vals.push_back(t.impl()->lazy->ir);
+  for (const Tensor& t : roots) vals.push_back(lazy::lazy_of(t)->ir);
   lazy::Graph g = lazy::build_graph(vals);
   Traced t{lazy::to_program(g), {}};
   for (int i : g.inputs) t.inputs.push_back(g.nodes[size_t(i)]->data);

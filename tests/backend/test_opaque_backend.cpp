@@ -53,7 +53,7 @@ struct ServeOpaque {
   }
 };
 
-const Tensor& buffer_of(const Tensor& t) { return t.impl()->lazy->buffer; }
+const Tensor& buffer_of(const Tensor& t) { return lazy::lazy_of(t)->buffer; }
 
 struct Data {
   std::vector<Tensor> x, y;

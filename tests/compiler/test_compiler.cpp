@@ -27,7 +27,7 @@ namespace {
 // Traces `roots` (xla tensors with pending IR) into a Program.
 Program trace(const std::vector<Tensor>& roots) {
   std::vector<lazy::Value> vals;
-  for (const Tensor& t : roots) vals.push_back(t.impl()->lazy->ir);
+  for (const Tensor& t : roots) vals.push_back(lazy::lazy_of(t)->ir);
   return lazy::to_program(lazy::build_graph(vals));
 }
 // The pipeline the lazy device runs: the generic passes, then the cpu backend's fusions.

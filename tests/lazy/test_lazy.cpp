@@ -369,7 +369,7 @@ TEST(DiskCache, FormatVersionFollowsTheOpTable) {
   }
   // A file written by a build whose table differs in one entry is rejected, naming the reason.
   Tensor x = (randn({4}).to(device()) * 2.0).relu();
-  const lazy::Graph g = lazy::build_graph({x.impl()->lazy->ir});
+  const lazy::Graph g = lazy::build_graph({lazy::lazy_of(x)->ir});
   compiler::Program p = lazy::to_program(g);
   const uint64_t other = version_with(0, lines[0] + " ");
   const std::string ours = compiler::serialize(p, 7), theirs = compiler::serialize(p, 7, other);
@@ -420,8 +420,8 @@ TEST(Lazy, UpdatedParameterKeepsItsBuffer) {
   Tensor p = randn({64, 32}).to(device()), buf = zeros({64, 32}).to(device());
   Tensor g = randn({64, 32}).to(device());
   axle::sync();
-  const void* p_mem = lazy::ready_buffer(*p.impl()->lazy).data_ptr();
-  const void* b_mem = lazy::ready_buffer(*buf.impl()->lazy).data_ptr();
+  const void* p_mem = lazy::ready_buffer(*lazy::lazy_of(p)).data_ptr();
+  const void* b_mem = lazy::ready_buffer(*lazy::lazy_of(buf)).data_ptr();
   std::vector<float> expect = p.to_vector<float>();
   std::vector<float> gv = g.to_vector<float>();
   for (int i = 0; i < 3; ++i) {
@@ -429,8 +429,8 @@ TEST(Lazy, UpdatedParameterKeepsItsBuffer) {
     p.set_data(p - buf * 0.01);       // parameter
     axle::sync();
     // Donation: the updates were written over the old buffers, not into new memory.
-    EXPECT_EQ(lazy::ready_buffer(*p.impl()->lazy).data_ptr(), p_mem) << "step " << i;
-    EXPECT_EQ(lazy::ready_buffer(*buf.impl()->lazy).data_ptr(), b_mem) << "step " << i;
+    EXPECT_EQ(lazy::ready_buffer(*lazy::lazy_of(p)).data_ptr(), p_mem) << "step " << i;
+    EXPECT_EQ(lazy::ready_buffer(*lazy::lazy_of(buf)).data_ptr(), b_mem) << "step " << i;
   }
   // ... and the values are right: b1 = g, b2 = 1.9 g, b3 = 2.71 g; p -= 0.01 * (b1 + b2 + b3).
   auto got = p.to_vector<float>();

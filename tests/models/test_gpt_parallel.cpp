@@ -116,8 +116,8 @@ TrainRun train(Layout layout, int steps, std::vector<int64_t> shape = {}, std::v
   if (mesh) {
     const Tensor p = gpt->parameters()[0];
     r.table = xs::explain({p});
-    EXPECT_TRUE(p.impl()->lazy->producer) << "the parameter is an output of the step's SPMD graph";
-    if (p.impl()->lazy->producer) r.collectives = p.impl()->lazy->producer->collectives;
+    EXPECT_TRUE(lazy::lazy_of(p)->producer) << "the parameter is an output of the step's SPMD graph";
+    if (lazy::lazy_of(p)->producer) r.collectives = lazy::lazy_of(p)->producer->collectives;
   }
   return r;
 }

@@ -121,8 +121,8 @@ TrainRun train(int devices, int steps, SpmdFullyShardedDataParallelOptions o = {
   if (mesh) {
     const Tensor p = m->parameters()[0];
     r.step_table = xs::explain({p});
-    EXPECT_TRUE(p.impl()->lazy->producer) << "the parameter is the output of the step's SPMD graph";
-    if (p.impl()->lazy->producer) r.collectives = p.impl()->lazy->producer->collectives;
+    EXPECT_TRUE(lazy::lazy_of(p)->producer) << "the parameter is the output of the step's SPMD graph";
+    if (lazy::lazy_of(p)->producer) r.collectives = lazy::lazy_of(p)->producer->collectives;
   }
   r.model = m;
   return r;

@@ -113,7 +113,7 @@ TEST(Attention, FusedEqualsDecomposedOnLazyXla) {
   // The graph holds the fused op, not the decomposed one.
   const Tensor q = rnd({1, 5, 4}, 1).to(axle::device());
   Tensor out = scaled_dot_product_attention(q, q, q);
-  const compiler::Program p = lazy::to_program(lazy::build_graph({out.impl()->lazy->ir}));
+  const compiler::Program p = lazy::to_program(lazy::build_graph({lazy::lazy_of(out)->ir}));
   int fused = 0, softmaxes = 0;
   for (const compiler::PNode& n : p.nodes) {
     if (n.kind != compiler::NodeKind::Op) continue;

@@ -34,7 +34,7 @@ namespace {
 Program trace(const std::vector<Tensor>& roots) {
   std::vector<lazy::Value> vals;
   for (const Tensor& t : roots) {
-    if (t.impl()->lazy && t.impl()->lazy->ir) vals.push_back(t.impl()->lazy->ir);
+    if (const lazy::LazyTensor* lt = lazy::lazy_of(t); lt && lt->ir) vals.push_back(lt->ir);
     else ADD_FAILURE() << "a root has no pending computation";
   }
   return lazy::to_program(lazy::build_graph(vals));

@@ -36,7 +36,7 @@ std::set<ops::OpKind> ops_of_row(const SafeTensors& f, const golden::Row& r) {
   }
   std::vector<lazy::Value> vals;
   for (const Tensor& t : roots)
-    if (t.defined() && t.impl()->lazy && t.impl()->lazy->ir) vals.push_back(t.impl()->lazy->ir);
+    if (const lazy::LazyTensor* lt = lazy::lazy_of(t); lt && lt->ir) vals.push_back(lt->ir);
   std::set<ops::OpKind> seen;
   if (vals.empty()) return seen;
   const compiler::Program p = lazy::to_program(lazy::build_graph(vals));

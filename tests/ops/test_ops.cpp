@@ -1073,8 +1073,8 @@ TEST_P(OpForward, NonContiguousInputs) {
         } else {
           // Not copied to a dense buffer first: the view is pending IR (slice, permute) that
           // the graph of the op under test takes in.
-          ASSERT_TRUE(t.impl()->lazy && t.impl()->lazy->ir) << "harness: the lazy view is already materialised";
-          ASSERT_EQ(t.impl()->lazy->ir.node->kind, lazy::NodeKind::Op) << "harness: the lazy view is not an op";
+          ASSERT_TRUE(lazy::lazy_of(t) && lazy::lazy_of(t)->ir) << "harness: the lazy view is already materialised";
+          ASSERT_EQ(lazy::lazy_of(t)->ir.node->kind, lazy::NodeKind::Op) << "harness: the lazy view is not an op";
         }
         // Read a second view, so that `t` stays pending.
         ASSERT_EQ(to_noncontiguous(a, dev).cpu().to_vector<double>(), a.v) << "harness: non-contiguous copy differs";
@@ -1268,7 +1268,7 @@ TEST(OpTable, EveryOpHasARow) {
     }
     std::vector<lazy::Value> vals;
     for (const Tensor& t : roots)
-      if (t.defined() && t.impl()->lazy && t.impl()->lazy->ir) vals.push_back(t.impl()->lazy->ir);
+      if (const lazy::LazyTensor* lt = lazy::lazy_of(t); lt && lt->ir) vals.push_back(lt->ir);
     if (vals.empty()) continue;
     compiler::Program p = lazy::to_program(lazy::build_graph(vals));
     // Each node, traced or made by a pass, fits its op's schema in ops.def.

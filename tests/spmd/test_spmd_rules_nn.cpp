@@ -264,7 +264,7 @@ TEST(SpmdDeviceOps, ShardingConstraintIsTheIdentityAndConstrainsTheGradientOnReq
     ASSERT_TRUE(g.defined());
     // The gradient's graph: a constraint on it only with on_grad.
     int constraints = 0;
-    const compiler::Program p = lazy::to_program(lazy::build_graph({g.impl()->lazy->ir}));
+    const compiler::Program p = lazy::to_program(lazy::build_graph({lazy::lazy_of(g)->ir}));
     for (const compiler::PNode& n : p.nodes)
       if (n.kind == compiler::NodeKind::Op && n.op == ops::OpKind::ShardingConstraint) {
         ++constraints;
@@ -504,7 +504,7 @@ TEST(SpmdRulesNn, BatchNormStatisticsAreGlobal) {
   Tensor x = xv.to(axle::device()), w = wv.to(axle::device()), bb = bv.to(axle::device());
   Tensor rm = zeros({3}).to(axle::device()), rv = full({3}, 1.0).to(axle::device());
   const Tensor y = batch_norm(x, w, bb, rm, rv, true, 0.1, 1e-5);
-  const lazy::Graph g = lazy::build_graph({y.impl()->lazy->ir, rm.impl()->lazy->ir, rv.impl()->lazy->ir});
+  const lazy::Graph g = lazy::build_graph({lazy::lazy_of(y)->ir, lazy::lazy_of(rm)->ir, lazy::lazy_of(rv)->ir});
   const compiler::Program p = lazy::to_program(g);
   std::vector<Tensor> in;
   for (int k : g.inputs) in.push_back(g.nodes[size_t(k)]->data);
@@ -533,8 +533,8 @@ TEST(SpmdRulesNn, TracedCnnStepEqualsOneDevice) {
   const Tensor h = max_pool2d(relu(conv2d(x, w1, b1, {.padding = {1, 1}})));
   const Tensor loss = cross_entropy(linear(flatten(h, 1), w2, b2), t);
   loss.backward();
-  std::vector<lazy::Value> roots{loss.impl()->lazy->ir};
-  for (Tensor* p : {&w1, &b1, &w2, &b2}) roots.push_back(p->grad().impl()->lazy->ir);
+  std::vector<lazy::Value> roots{lazy::lazy_of(loss)->ir};
+  for (Tensor* p : {&w1, &b1, &w2, &b2}) roots.push_back(lazy::lazy_of(p->grad())->ir);
   const lazy::Graph g = lazy::build_graph(roots);
   const compiler::Program p = lazy::to_program(g);
   std::vector<Tensor> in;

@@ -30,7 +30,7 @@ namespace {
 // Traces `roots` (xla tensors with pending IR) into a Program.
 Program trace(const std::vector<Tensor>& roots) {
   std::vector<lazy::Value> vals;
-  for (const Tensor& t : roots) vals.push_back(t.impl()->lazy->ir);
+  for (const Tensor& t : roots) vals.push_back(lazy::lazy_of(t)->ir);
   return lazy::to_program(lazy::build_graph(vals));
 }
 // The pipeline the lazy device runs: the generic passes, then the cpu backend's fusions.
@@ -474,7 +474,7 @@ TEST(Fusion, EveryElementwiseOpOfTheTableFusesAndMatchesEager) {
     x.set_requires_grad(true);
     Tensor y = chain(x, w);
     if (!dev.is_cpu()) {  // the graph the xla device compiles: one fused node holding every op
-      Program p = lazy::to_program(lazy::build_graph({y.impl()->lazy->ir}));
+      Program p = lazy::to_program(lazy::build_graph({lazy::lazy_of(y)->ir}));
       backend::backend_for(kCPU).pipeline().run(p);  // the cpu backend's fusion
       int fused = 0, other = 0;
       std::set<ops::OpKind> in_program;
