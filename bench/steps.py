@@ -30,6 +30,9 @@ PEERS = {
     # usual step function, which Dynamo breaks into three graphs.
     "pt-compile": ("pt215", "pt2_fmnist.py", "compile_func", "PyTorch 2.15 torch.compile (whole step)"),
     "pt-compile-step": ("pt215", "pt2_fmnist.py", "compile", "PyTorch 2.15 torch.compile(step)"),
+    # bf16 (issue 27): PyTorch eager with the forward and loss under torch.autocast('cpu',
+    # torch.bfloat16), the peer of axle-xla-bf16; this script is axle's (bench/), the rest its.
+    "pt-eager-bf16": ("pt215", "bench:fmnist_pt_bf16.py", "eager", "PyTorch 2.15 eager, autocast bf16"),
     "jax": ("jax", "jax_fmnist.py", "jit", "jax 0.12 jit (whole step)"),
     "ptxla": ("ptxla", "ptxla_fmnist.py", "step", "torch_xla 2.9 Pattern 1 (PJRT CPU)"),
 }
@@ -93,10 +96,14 @@ def run_axle(a, name, model, threads, tmp):
 
 def run_peer(a, name, py, model, threads):
     venv, script, mode, _ = PEERS[name]
-    cmd = [py, os.path.join(a.peers, script), "--model", model, "--threads", str(threads), "--mode", mode,
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), script[6:]) if script.startswith("bench:") \
+        else os.path.join(a.peers, script)
+    cmd = [py, path, "--model", model, "--threads", str(threads), "--mode", mode,
            "--steps", str(a.steps), "--warm", str(a.warm)]
     if name in ("jax", "ptxla"):
         cmd.append("--no-pipelined")
+    if script.startswith("bench:"):
+        cmd += ["--peers", a.peers]
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=a.timeout)
     lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
     if p.returncode != 0 or not lines:
