@@ -14,13 +14,14 @@ Edge gradient_edge(const Tensor& t) {
   TensorImpl* impl = t.impl();
   if (!impl->autograd || !impl->autograd->requires_grad) return {};
   AutogradMeta& m = *impl->autograd;
-  if (m.grad_fn) return {m.grad_fn, m.output_nr};
+  // Every GradNode is an autograd::Node: only this layer makes them.
+  if (m.grad_fn) return {std::static_pointer_cast<Node>(m.grad_fn), m.output_nr};
   if (!m.accumulator) {
     auto acc = std::make_shared<AccumulateGrad>();
     acc->leaf = t.impl_ptr();
     m.accumulator = acc;
   }
-  return {m.accumulator, 0};
+  return {std::static_pointer_cast<Node>(m.accumulator), 0};
 }
 
 ops::Tensors OpNode::apply(ops::Tensors&& grads) {

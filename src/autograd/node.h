@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "core/tensor_impl.h"
 #include "ops/op.h"
 
 namespace axle::autograd {
@@ -14,8 +15,8 @@ struct Edge {
   int index = 0;  ///< which output of fn this gradient belongs to
 };
 
-struct Node {
-  virtual ~Node() = default;
+/// Core holds it as a GradNode (core/tensor_impl.h); gradient_edge casts it back.
+struct Node : GradNode {
   /// grads: one per output of this node. Returns one gradient per `next` edge.
   virtual ops::Tensors apply(ops::Tensors&& grads) = 0;
   virtual std::string name() const = 0;

@@ -9,7 +9,6 @@
 #include "axle/tensor.h"
 
 namespace axle {
-namespace autograd { struct Node; }
 class Allocator;  // core/allocator.h
 
 /// A block of device memory from the allocator of its device type's backend (the cpu's:
@@ -26,12 +25,19 @@ struct Storage {
   Storage& operator=(const Storage&) = delete;
 };
 
+/// A node of the backward graph as core holds it: core links tensors to nodes without
+/// calling them. The autograd layer's `autograd::Node` (src/autograd/node.h) implements it,
+/// and that layer alone casts it back (`autograd::gradient_edge`).
+struct GradNode {
+  virtual ~GradNode() = default;
+};
+
 struct AutogradMeta {
   bool requires_grad = false;
   Tensor grad;
-  std::shared_ptr<autograd::Node> grad_fn;  ///< null for leaves
-  int output_nr = 0;                        ///< which output of grad_fn this is
-  std::shared_ptr<autograd::Node> accumulator;  ///< leaves: the AccumulateGrad node
+  std::shared_ptr<GradNode> grad_fn;  ///< null for leaves
+  int output_nr = 0;                  ///< which output of grad_fn this is
+  std::shared_ptr<GradNode> accumulator;  ///< leaves: the AccumulateGrad node
   /// Leaves: (id, hook) run after each gradient accumulation (autograd.h).
   std::vector<std::pair<int64_t, std::function<void(const Tensor&)>>> grad_hooks;
 };
