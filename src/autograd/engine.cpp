@@ -14,7 +14,7 @@ Edge gradient_edge(const Tensor& t) {
   TensorImpl* impl = t.impl();
   if (!impl->autograd || !impl->autograd->requires_grad) return {};
   AutogradMeta& m = *impl->autograd;
-  // Every GradNode is an autograd::Node: only this layer makes them.
+  // Every GradNode is an autograd::Node (FSDP's hook nodes in src/nn derive from Node too).
   if (m.grad_fn) return {std::static_pointer_cast<Node>(m.grad_fn), m.output_nr};
   if (!m.accumulator) {
     auto acc = std::make_shared<AccumulateGrad>();
