@@ -8,7 +8,6 @@ test_spmd.py in a fresh process: the device count is read once per process).
           'cpu'   PyTorch eager on the cpu
     LOSS: 'ce' (F.cross_entropy) or 'mse' (MSE of the logits against one-hot targets)
 """
-import gzip
 import json
 import os
 import sys
@@ -18,24 +17,13 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-DATA = os.environ.get("FMNIST_DIR", "/usr/share/datasets/fashion-mnist")
-
-
-def load_idx(path, count):
-    with gzip.open(path, "rb") as f:
-        data = f.read()
-    ndim = data[3]
-    dims = [int.from_bytes(data[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim)]
-    t = torch.frombuffer(bytearray(data[4 + 4 * ndim:]), dtype=torch.uint8).reshape(dims)
-    return t[:count].clone()
+from fmnist_data import fmnist
 
 
 def main():
     mode, steps, loss_kind = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     batch = int(os.environ.get("BATCH", "128"))
-    x = load_idx(f"{DATA}/train-images-idx3-ubyte.gz", steps * batch).float().div(255).sub(0.2860).div(0.3530)
-    x = x.unsqueeze(1)
-    y = load_idx(f"{DATA}/train-labels-idx1-ubyte.gz", steps * batch).long()
+    x, y = fmnist("train", steps * batch)
 
     torch.manual_seed(0)
     model = nn.Sequential(nn.Flatten(), nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 10))

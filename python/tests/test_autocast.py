@@ -13,8 +13,6 @@ rtol 1/64 (4 steps) on the outputs of one op, 2e-2 relative on gradients and los
 """
 import contextlib
 import copy
-import gzip
-import os
 
 import pytest
 import torch
@@ -26,17 +24,13 @@ import torch_xla
 import torch_xla.debug.metrics as met
 
 BF = torch.bfloat16
-DATA = os.environ.get("FMNIST_DIR", "/usr/share/datasets/fashion-mnist")
+from fmnist_data import fallbacks, fmnist
 
 
 def rel(a, b):
     """max |a - b| / (1 + max |b|), on cpu in float32."""
     a, b = a.detach().to("cpu").float(), b.detach().to("cpu").float()
     return ((a - b).abs().max() / (1 + b.abs().max())).item()
-
-
-def fallbacks():
-    return {k: met.counter_value(k) for k in met.counter_names() if k.startswith("aten::")}
 
 
 def both(fn, *inputs):
@@ -175,14 +169,6 @@ def test_gradients_reach_fp32_parameters_as_fp32_and_match_pytorch_cpu():
         assert rel(gx, gc) <= 2e-2, rel(gx, gc)
 
 
-def load_idx(path):
-    with gzip.open(path, "rb") as f:
-        data = f.read()
-    ndim = data[3]
-    dims = [int.from_bytes(data[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim)]
-    return torch.frombuffer(bytearray(data[4 + 4 * ndim:]), dtype=torch.uint8).reshape(dims)
-
-
 def train(model, device, batches, autocast):
     model = model.to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
@@ -202,8 +188,7 @@ def test_mlp_under_autocast_tracks_fp32_and_pytorch_cpu_autocast():
     """20 SGD steps of an mlp on Fashion-MNIST from the same weights and batches: under autocast on xla the
     losses stay within 2% of xla's float32 run and within 1% of PyTorch's cpu autocast run; the parameters
     stay float32; no CPU fallback inside the steps."""
-    x = load_idx(f"{DATA}/train-images-idx3-ubyte.gz").float().div(255).sub(0.2860).div(0.3530)
-    y = load_idx(f"{DATA}/train-labels-idx1-ubyte.gz").long()
+    x, y = fmnist("train")
     perm = torch.randperm(x.shape[0], generator=torch.Generator().manual_seed(4))[: 20 * 128]
     batches = [(x[perm[i: i + 128]].flatten(1), y[perm[i: i + 128]]) for i in range(0, 20 * 128, 128)]
     torch.manual_seed(5)

@@ -4,8 +4,6 @@ dropout 0); one epoch's test accuracy within 0.005; at most 3 UncachedCompile fo
 fallback inside the steps (no counter named aten::<op>)."""
 import contextlib
 import copy
-import gzip
-import os
 
 import pytest
 import torch
@@ -15,25 +13,7 @@ import torch.nn.functional as F
 import torch_xla
 import torch_xla.debug.metrics as met
 
-DATA = os.environ.get("FMNIST_DIR", "/usr/share/datasets/fashion-mnist")
-
-
-def load_idx(path):
-    with gzip.open(path, "rb") as f:
-        data = f.read()
-    ndim = data[3]
-    dims = [int.from_bytes(data[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim)]
-    return torch.frombuffer(bytearray(data[4 + 4 * ndim:]), dtype=torch.uint8).reshape(dims)
-
-
-def fmnist(split):
-    x = load_idx(f"{DATA}/{split}-images-idx3-ubyte.gz").float().div(255).sub(0.2860).div(0.3530).unsqueeze(1)
-    y = load_idx(f"{DATA}/{split}-labels-idx1-ubyte.gz").long()
-    return x, y
-
-
-def fallbacks():
-    return {k: met.counter_value(k) for k in met.counter_names() if k.startswith("aten::")}
+from fmnist_data import fallbacks, fmnist
 
 
 def mlp():
