@@ -27,6 +27,12 @@
 # of installing from the cache, plus the extension's build). AXLE_FRESH_KEEP_VENV=1 keeps it in
 # $AXLE_FRESH_CACHE/venv between runs instead (for repeated runs by hand; CI does not).
 #
+# AXLE_FRESH_CCACHE=DIR (CI sets it) caches the root's C++ compiles in DIR on the host between
+# runs: ccache is installed in the root before the README's commands and the build configures
+# with it as the compiler launcher (CMAKE_CXX_COMPILER_LAUNCHER). It proves no less: ccache
+# brings no header or library, a header that is missing makes its cached entry miss and the
+# real compiler run (and fail), and linking is never cached.
+#
 # Needs root (debootstrap, chroot, mount); runs itself in a private mount namespace, and a
 # trap unmounts /proc, /sys, /dev, /dev/pts, /dev/shm, the .deb and wheel caches on every exit path.
 set -euo pipefail
@@ -191,6 +197,13 @@ mount_in /dev/shm -t tmpfs -o mode=1777,nosuid,nodev tmpfs   # POSIX shm (the di
 mount_in /var/cache/apt/archives --bind "$CACHE/archives"
 mkdir -p "$PIP_CACHE" "$ROOT/root/.cache/axle/pip"
 mount_in /root/.cache/axle/pip --bind "$PIP_CACHE"
+CCACHE_IN_ROOT=""
+if [ -n "${AXLE_FRESH_CCACHE:-}" ]; then
+  CCACHE_IN_ROOT=/root/.cache/ccache
+  mkdir -p "$AXLE_FRESH_CCACHE" "$ROOT$CCACHE_IN_ROOT"
+  mount_in "$CCACHE_IN_ROOT" --bind "$(realpath -m "$AXLE_FRESH_CCACHE")"
+  log "compiles cached in $AXLE_FRESH_CCACHE ($(du -sh "$AXLE_FRESH_CCACHE" | cut -f1))"
+fi
 if [ "${AXLE_FRESH_KEEP_VENV:-0}" = 1 ]; then
   mkdir -p "$CACHE/venv" "$ROOT$VENV_IN_ROOT"
   mount_in "$VENV_IN_ROOT" --bind "$CACHE/venv"
@@ -207,13 +220,18 @@ chroot "$ROOT" /usr/bin/env -i HOME=/root LANG=C.UTF-8 TERM=dumb DEBIAN_FRONTEND
     apt-get update -qq
     apt-get install -y -qq --no-install-recommends make >/dev/null
     cd /root/axle
+    if [ -n "$3" ]; then
+      say "apt-get install ccache (AXLE_FRESH_CCACHE: compiles cached in $3)"
+      apt-get install -y -qq --no-install-recommends ccache >/dev/null
+      export CMAKE_CXX_COMPILER_LAUNCHER=ccache CCACHE_DIR="$3" CCACHE_BASEDIR=/root/axle CCACHE_NOHASHDIR=1
+    fi
     say "make train TRAIN_ARGS=\"--max-steps 50\""
     make train TRAIN_ARGS="--max-steps 50"
     say "make test CTEST_ARGS=\"-R '"'"'$1'"'"'\""
     make test CTEST_ARGS="-R '"'"'$1'"'"'"
     if [ "$2" = 1 ]; then say "make test-repeat"; make test-repeat; fi
     say "done"
-  ' fresh-check "$CTEST_SUBSET" "${AXLE_FRESH_REPEAT:-0}" &
+  ' fresh-check "$CTEST_SUBSET" "${AXLE_FRESH_REPEAT:-0}" "$CCACHE_IN_ROOT" &
 wait $!   # in the background so that a signal reaches the trap at once
 log "the README's commands took $((SECONDS - t0)) s inside the fresh root"
 stage=done

@@ -211,7 +211,7 @@ namespace {
 const json& golden() {
   static const json j = [] {
     std::ifstream f(std::string(AXLE_TEST_DATA) + "/golden_losses.json");
-    if (!f) throw std::runtime_error("cannot open golden_losses.json under " AXLE_TEST_DATA);
+    if (!f) throw std::runtime_error("cannot open golden_losses.json under " + AXLE_TEST_DATA);
     return json::parse(f);
   }();
   return j;

@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "axle/axle.h"
+#include "test_paths.h"
 #include "axle/metrics.h"
 #include "axle/models/gpt.h"
 #include "axle/nn/utils.h"
@@ -37,7 +38,7 @@ const std::string kData = AXLE_TEST_DATA;
 const json& golden() {
   static const json j = [] {
     std::ifstream f(kData + "/gpt_golden.json");
-    if (!f) throw std::runtime_error("cannot open gpt_golden.json under " AXLE_TEST_DATA);
+    if (!f) throw std::runtime_error("cannot open gpt_golden.json under " + AXLE_TEST_DATA);
     return json::parse(f);
   }();
   return j;

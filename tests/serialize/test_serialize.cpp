@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "axle/axle.h"
+#include "test_paths.h"
 #include "core/tensor_impl.h"
 #include "serialize/safetensors.h"
 

@@ -412,7 +412,7 @@ TEST(SpmdCli, DataParallelCnnMatchesOneDevice) {
   using axle::test::run_train;
   using axle::test::slurp;
   TempDir d;
-  const std::string common = "--model cnn --data '" AXLE_TEST_DATA "/tiny_fmnist' --batch-size 32 --epochs 2 "
+  const std::string common = "--model cnn --data '" + AXLE_TEST_DATA + "/tiny_fmnist' --batch-size 32 --epochs 2 "
                              "--threads 2 --json '";
   const auto one = run_train(common + (d / "one.json") + "'");
   ASSERT_EQ(one.status, 0) << one.err;
@@ -440,7 +440,7 @@ TEST(SpmdCli, TensorParallelMlpMatchesOneDevice) {
   using axle::test::run_train;
   using axle::test::slurp;
   TempDir d;
-  const std::string common = "--model mlp --data '" AXLE_TEST_DATA "/tiny_fmnist' --batch-size 32 --epochs 2 "
+  const std::string common = "--model mlp --data '" + AXLE_TEST_DATA + "/tiny_fmnist' --batch-size 32 --epochs 2 "
                              "--threads 2 --json '";
   const auto one = run_train(common + (d / "one.json") + "'");
   ASSERT_EQ(one.status, 0) << one.err;

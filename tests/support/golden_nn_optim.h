@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "axle/axle.h"
+#include "test_paths.h"
 
 namespace pytorch_golden {
 
@@ -25,7 +26,7 @@ inline std::shared_ptr<axle::nn::Sequential> seq(std::vector<axle::nn::ModulePtr
 inline const json& data() {
   static const json j = [] {
     std::ifstream f(std::string(AXLE_TEST_DATA) + "/golden_nn_optim.json");
-    if (!f) throw std::runtime_error("cannot open golden_nn_optim.json under " AXLE_TEST_DATA);
+    if (!f) throw std::runtime_error("cannot open golden_nn_optim.json under " + AXLE_TEST_DATA);
     return json::parse(f);
   }();
   return j;

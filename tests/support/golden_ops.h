@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "axle/axle.h"
+#include "test_paths.h"
 
 namespace axle::golden {
 

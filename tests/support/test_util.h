@@ -20,6 +20,7 @@
 
 #include "axle/dist.h"
 #include "axle/error.h"
+#include "test_paths.h"
 
 namespace axle::test {
 
@@ -104,13 +105,11 @@ inline const std::string kFashionMnistDir = "/usr/share/datasets/fashion-mnist";
 /// True where that package is installed.
 inline bool have_real_data() { return std::filesystem::exists(kFashionMnistDir + "/train-images-idx3-ubyte.gz"); }
 
-#ifdef AXLE_TRAIN_BIN
 /// Runs the axle-train binary with command-line `args` (shell syntax), stdout and stderr
 /// captured separately.
 inline Result run_train(const std::string& args) {
   return run_captured(std::string("'") + AXLE_TRAIN_BIN + "' " + args);
 }
-#endif
 
 /// Bytes of an IDX file of unsigned bytes with dimensions `dims` and `payload` bytes of
 /// pseudo-random data (a linear congruential sequence from `seed`); `labels`: each byte

@@ -149,7 +149,7 @@ TEST(Cli, ShortMlpRunWritesJson) {
 // 64-image set of tests/data (10 epochs of one batch), which keeps its evaluation short.
 TEST(Cli, ThreadCountChangesOnlyTheRounding) {
   TempDir d;
-  const std::string cnn = "--model cnn --data '" AXLE_TEST_DATA "/tiny_fmnist' --batch-size 64 --epochs 10";
+  const std::string cnn = "--model cnn --data '" + AXLE_TEST_DATA + "/tiny_fmnist' --batch-size 64 --epochs 10";
   const std::string mlp = "--model mlp --max-steps 30";
   for (const std::string& config : have_real_data() ? std::vector{cnn, mlp} : std::vector{cnn}) {
     SCOPED_TRACE(config);
@@ -218,11 +218,11 @@ TEST(Cli, InitFromPyTorchWeightsAndBadResume) {
   // 64-image set read as one batch, the first loss and the loss after one SGD step are the
   // ones PyTorch computes from the same weights (tests/golden/gen_cli_init.py).
   TempDir d;
-  const auto golden = nlohmann::json::parse(slurp(AXLE_TEST_DATA "/cli_init_golden.json"));
+  const auto golden = nlohmann::json::parse(slurp(AXLE_TEST_DATA + "/cli_init_golden.json"));
   const auto expected = golden.at("losses").get<std::vector<double>>();
   ASSERT_EQ(expected.size(), 2u);
-  const Result r = run_train("--model cnn --data '" AXLE_TEST_DATA "/tiny_fmnist' --batch-size 64 --epochs 2 "
-                             "--threads 1 --init '" AXLE_TEST_DATA "/torch_cnn.safetensors' --json '" +
+  const Result r = run_train("--model cnn --data '" + AXLE_TEST_DATA + "/tiny_fmnist' --batch-size 64 --epochs 2 "
+                             "--threads 1 --init '" + AXLE_TEST_DATA + "/torch_cnn.safetensors' --json '" +
                              (d / "r.json") + "'");
   ASSERT_EQ(r.status, 0) << r.err;
   const auto losses = nlohmann::json::parse(slurp(d / "r.json")).at("losses").get<std::vector<double>>();
@@ -349,7 +349,7 @@ TEST(Cli, FsdpBadCombinations) {
 // padding element per parameter tensor. --devices 1 is a world of one: everything on it.
 TEST(Cli, FsdpHalvesDdpsTrainingStatePerDevice) {
   TempDir d;
-  const std::string common = "--model mlp --data '" AXLE_TEST_DATA "/tiny_fmnist' --batch-size 16 --epochs 1 "
+  const std::string common = "--model mlp --data '" + AXLE_TEST_DATA + "/tiny_fmnist' --batch-size 16 --epochs 1 "
                              "--threads 1 --json '";
   const Result ddp = run_train("--pattern ddp --devices 2 " + common + (d / "ddp.json") + "'");
   ASSERT_EQ(ddp.status, 0) << ddp.err;
@@ -388,7 +388,7 @@ TEST(Cli, FsdpHalvesDdpsTrainingStatePerDevice) {
 // its largest dim (fc1.weight [256,784] on dim 1), so each device holds about half the bytes.
 TEST(Cli, FsdpSpmdShardsEveryParameter) {
   TempDir d;
-  const std::string common = "--model mlp --data '" AXLE_TEST_DATA "/tiny_fmnist' --batch-size 32 --epochs 1 "
+  const std::string common = "--model mlp --data '" + AXLE_TEST_DATA + "/tiny_fmnist' --batch-size 32 --epochs 1 "
                              "--threads 2 --devices 2 --json '";
   const Result dp = run_spmd_train("--pattern spmd " + common + (d / "dp.json") + "'");
   ASSERT_EQ(dp.status, 0) << dp.err;

@@ -184,7 +184,7 @@ void killed_run_resumes(const std::string& args, const std::string& pointer, con
   EXPECT_GT(expect_same_tensors(d / "full", killed, tensor_files), 0);
 }
 
-const std::string kTiny = " --model mlp --threads 1 --batch-size 4 --save-every 10 --data '" AXLE_TEST_DATA
+const std::string kTiny = " --model mlp --threads 1 --batch-size 4 --save-every 10 --data '" + AXLE_TEST_DATA +
                           "/tiny_fmnist' ";
 
 }  // namespace
