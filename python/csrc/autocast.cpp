@@ -78,8 +78,7 @@ constexpr c10::DeviceType kXla = c10::DeviceType::XLA;
 
 /// The AutocastXLA kernel of one operator: its rule, applied to the tensors on the stack.
 struct AutocastKernel final : c10::OperatorKernel {
-  AutocastKernel(OpKind k, AutocastRule r) : kind(k), rule(r) {}
-  OpKind kind;
+  explicit AutocastKernel(AutocastRule r) : rule(r) {}
   AutocastRule rule;
 
   void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) const {
@@ -98,7 +97,7 @@ struct AutocastKernel final : c10::OperatorKernel {
           if (eligible(t)) floating.push_back(to_axle_dtype(t.scalar_type(), "autocast"));
     }
     const std::optional<axle::DType> to =
-        axle::ops::autocast_target(kind, rule, to_axle_dtype(region, "autocast"), floating);
+        axle::ops::autocast_target(rule, to_axle_dtype(region, "autocast"), floating);
     if (to) {
       const at::ScalarType st = to_torch_dtype(*to);
       for (size_t i = first; i < stack->size(); ++i) {
@@ -117,8 +116,8 @@ struct AutocastKernel final : c10::OperatorKernel {
   }
 };
 
-torch::CppFunction kernel(OpKind k, AutocastRule r) {
-  return torch::CppFunction::makeFromBoxedFunctor(std::make_unique<AutocastKernel>(k, r));
+torch::CppFunction kernel(AutocastRule r) {
+  return torch::CppFunction::makeFromBoxedFunctor(std::make_unique<AutocastKernel>(r));
 }
 
 const char* rule_name(AutocastRule r) {
@@ -145,8 +144,8 @@ std::vector<std::tuple<std::string, std::string, std::string>> autocast_ops() {
 TORCH_LIBRARY_IMPL(_, AutocastXLA, m) { m.fallback(torch::CppFunction::makeFallthrough()); }
 
 TORCH_LIBRARY_IMPL(aten, AutocastXLA, m) {
-  for (const ByTable& e : kByTable) m.impl(e.aten, kernel(e.kind, axle::ops::autocast_rule(e.kind)));
-  for (const char* c : kFp32Composites) m.impl(c, kernel(OpKind::Cast, AutocastRule::Fp32));
+  for (const ByTable& e : kByTable) m.impl(e.aten, kernel(axle::ops::autocast_rule(e.kind)));
+  for (const char* c : kFp32Composites) m.impl(c, kernel(AutocastRule::Fp32));
 }
 
 }  // namespace axle_py

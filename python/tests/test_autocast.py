@@ -4,8 +4,7 @@ The lists are the C++ autocast's (ops.def's AC_ column; docs/precision.md): matr
 in bf16; softmax, log_softmax, layer_norm, the losses and the norms in float32; cat promoting. Each result is
 held against PyTorch's own torch.autocast('cpu', torch.bfloat16) on the same inputs where PyTorch's CPU list
 agrees, and the places it does not (softmax, log_softmax, layer_norm, batch_norm, group_norm: bf16 in, bf16
-out on PyTorch's CPU list, float32 out here; scaled_dot_product_attention: bf16 on PyTorch's, float32 here)
-are asserted as such.
+out on PyTorch's CPU list, float32 out here) are asserted as such.
 
 Tolerances: a bf16 GEMM output is rounded once to 8 significant bits (a relative step of 2^-8); two
 implementations that accumulate in float32 in a different order may round to neighbouring bf16 values:
@@ -122,12 +121,23 @@ def test_softmax_losses_and_norms_run_in_fp32():
     assert got.dtype == want.dtype == torch.float32
 
 
-def test_attention_runs_in_fp32_where_pytorch_cpu_takes_bf16():
+def test_attention_runs_in_bf16_as_pytorch_cpu():
     g = torch.Generator().manual_seed(2)
-    q, k, v = (torch.randn(2, 3, 8, 16, generator=g) for _ in range(3))
-    got, want = both(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True), q, k, v)
-    assert got.dtype == torch.float32 and want.dtype == BF  # docs/precision.md: axle has no bf16 attention yet
+    q, k, v = (torch.randn(2, 3, 136, 16, generator=g) for _ in range(3))  # two blocks of 128 queries and keys
+    cot = torch.randn(2, 3, 136, 16, generator=g)
+    runs = []
+    for dev in ("xla", "cpu"):
+        leaves = [t.to(dev).requires_grad_() for t in (q, k, v)]
+        with torch.autocast(dev, dtype=BF):
+            out = F.scaled_dot_product_attention(*leaves, is_causal=True)
+        (out.float() * cot.to(dev)).sum().backward()
+        runs.append((out, [t.grad for t in leaves]))
+    (got, got_grads), (want, want_grads) = runs
+    assert got.dtype == want.dtype == BF
     assert rel(got, want) <= 1 / 64
+    for a, b in zip(got_grads, want_grads):
+        assert a.dtype == b.dtype == torch.float32  # through the casts back to the float32 leaves
+        assert rel(a, b) <= 2e-2
 
 
 def test_region_off_inside_and_float16_refused():

@@ -27,8 +27,9 @@ void check_qkv(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* 
   AXLE_CHECK(q.dim() >= 2 && q.dim() == k.dim() && q.dim() == v.dim(), "[", op,
              "] expected query, key and value of one rank >= 2, got ", shape_str(q.shape()), ", ",
              shape_str(k.shape()), " and ", shape_str(v.shape()));
-  AXLE_CHECK(q.dtype() == kFloat32 && k.dtype() == kFloat32 && v.dtype() == kFloat32, "[", op,
-             "] expected float32 query, key and value, got ", q.dtype(), ", ", k.dtype(), " and ", v.dtype());
+  AXLE_CHECK((q.dtype() == kFloat32 || q.dtype() == kBFloat16) && k.dtype() == q.dtype() && v.dtype() == q.dtype(),
+             "[", op, "] expected float32 or bfloat16 query, key and value of one dtype, got ", q.dtype(), ", ",
+             k.dtype(), " and ", v.dtype());
   AXLE_CHECK(batch_of(q.shape()) == batch_of(k.shape()) && batch_of(q.shape()) == batch_of(v.shape()), "[", op,
              "] expected one batch shape for query, key and value, got ", shape_str(q.shape()), ", ",
              shape_str(k.shape()), " and ", shape_str(v.shape()));
@@ -59,7 +60,7 @@ std::vector<Meta> fwd_infer(const Tensors& in, const Attrs& a) {
   Shape out = in[0].shape(), lse = in[0].shape();
   out.back() = in[2].shape().back();
   lse.back() = 1;
-  return {{out, kFloat32}, {lse, kFloat32}};
+  return {{out, in[0].dtype()}, {lse, kFloat32}};
 }
 
 Tensors fwd_vjp(const VjpArgs& v) {
@@ -83,13 +84,14 @@ std::vector<Meta> bwd_infer(const Tensors& in, const Attrs& a) {
   check_defined(in[0], kBwd, "grad");
   check_defined(in[4], kBwd, "out");
   check_defined(in[5], kBwd, "lse");
-  AXLE_CHECK(in[0].shape() == out && in[0].dtype() == kFloat32, "[", kBwd, "] expected a float32 grad of shape ",
+  const DType dt = in[1].dtype();
+  AXLE_CHECK(in[0].shape() == out && in[0].dtype() == dt, "[", kBwd, "] expected a ", dt, " grad of shape ",
              shape_str(out), ", got ", shape_str(in[0].shape()), " ", in[0].dtype());
-  AXLE_CHECK(in[4].shape() == out && in[4].dtype() == kFloat32, "[", kBwd, "] expected a float32 out of shape ",
+  AXLE_CHECK(in[4].shape() == out && in[4].dtype() == dt, "[", kBwd, "] expected a ", dt, " out of shape ",
              shape_str(out), ", got ", shape_str(in[4].shape()), " ", in[4].dtype());
   AXLE_CHECK(in[5].shape() == lse && in[5].dtype() == kFloat32, "[", kBwd, "] expected a float32 lse of shape ",
              shape_str(lse), ", got ", shape_str(in[5].shape()), " ", in[5].dtype());
-  return {{in[1].shape(), kFloat32}, {in[2].shape(), kFloat32}, {in[3].shape(), kFloat32}};
+  return {{in[1].shape(), dt}, {in[2].shape(), dt}, {in[3].shape(), dt}};
 }
 
 }  // namespace
@@ -161,12 +163,14 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
     o0.dropout_p = 0.0;
     return mul(scaled_dot_product_attention(q, k, v, o0), 0.0);
   }
-  // One batch shape (PyTorch's broadcasting of the batch dims), float32.
+  // One batch shape (PyTorch's broadcasting of the batch dims), one dtype: bf16 where all three
+  // are, else float32.
   Shape batch = ops::broadcast_shape(Shape(q.shape().begin(), q.shape().end() - 2),
                                      Shape(k.shape().begin(), k.shape().end() - 2), kOp);
   batch = ops::broadcast_shape(batch, Shape(v.shape().begin(), v.shape().end() - 2), kOp);
+  const DType dt = q.dtype() == kBFloat16 && k.dtype() == kBFloat16 && v.dtype() == kBFloat16 ? kBFloat16 : kFloat32;
   auto prep = [&](const Tensor& t) {
-    Tensor r = t.dtype() == kFloat32 ? t : cast(t, kFloat32);
+    Tensor r = t.dtype() == dt ? t : cast(t, dt);
     Shape s = batch;
     s.push_back(t.shape()[size_t(t.dim() - 2)]);
     s.push_back(t.shape().back());
@@ -191,7 +195,7 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   const ops::Attrs a =
       ops::attr::ScaledDotProductAttention{.is_causal = o.is_causal, .scale = scale, .dropout_p = o.dropout_p}.pack();
   Tensor out = ops::call(ops::OpKind::ScaledDotProductAttention, in, a)[0];
-  return q.dtype() == kFloat32 ? out : cast(out, q.dtype());
+  return q.dtype() == dt ? out : cast(out, q.dtype());
 }
 
 }  // namespace axle

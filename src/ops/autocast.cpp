@@ -39,13 +39,10 @@ DType autocast::dtype(const Device& device) { return region(device.type).dtype; 
 
 namespace ops {
 
-std::optional<DType> autocast_target(OpKind k, AutocastRule rule, DType region, const std::vector<DType>& floating) {
+std::optional<DType> autocast_target(AutocastRule rule, DType region, const std::vector<DType>& floating) {
   switch (rule) {
     case AutocastRule::None: return std::nullopt;
-    case AutocastRule::Lower:
-      // scaled_dot_product_attention's shape rule takes float32 only so far (no bf16 attention
-      // kernel yet): it computes in float32, its AC_LOWER taking effect once it takes bf16.
-      return k == OpKind::ScaledDotProductAttention ? DType::Float32 : region;
+    case AutocastRule::Lower: return region;
     case AutocastRule::Fp32: return DType::Float32;
     case AutocastRule::Promote: {  // the widest floating input type
       if (floating.empty()) return std::nullopt;
@@ -68,7 +65,7 @@ bool autocast_inputs(OpKind k, AutocastRule rule, DeviceType dev, const Tensors&
   std::vector<DType> floating;
   for (const Tensor& t : in)
     if (eligible(t)) floating.push_back(t.dtype());
-  const std::optional<DType> to = autocast_target(k, rule, r.dtype, floating);
+  const std::optional<DType> to = autocast_target(rule, r.dtype, floating);
   if (!to) return false;
   bool changed = false;
   for (const Tensor& t : in) changed = changed || (eligible(t) && t.dtype() != *to);

@@ -32,6 +32,14 @@ def pos(*shapes):
     return lambda g: [torch.rand(*s, generator=g) + 0.5 for s in shapes]
 
 
+def sdpa_qkv(x):
+    """Causal attention over q, k, v = x[:, :, 0], x[:, :, 1], x[:, :, 2] ([B, T, H, E] each) as
+    [B, H, T, E] views; the heads merged back: [B, T, H * E]."""
+    q, k, v = (x[:, :, i].transpose(1, 2) for i in range(3))
+    o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    return o.transpose(1, 2).reshape(x.shape[0], x.shape[1], -1)
+
+
 def rows():
     # ---- casts (exact: no tolerance)
     yield Row("cast_to_bf16", lambda x: b(x), lambda g: [torch.cat([torch.randn(64, generator=g) * 100,
@@ -96,6 +104,11 @@ def rows():
     yield Row("avg_pool2d", lambda x: F.avg_pool2d(b(x), 2), randn((2, 3, 6, 6)), **TOL)
     yield Row("sdpa_causal", lambda q, k, v: F.scaled_dot_product_attention(b(q), b(k), b(v), is_causal=True),
               randn((2, 3, 8, 16), (2, 3, 8, 16), (2, 3, 8, 16)), **TOL)
+    # two blocks of 128 queries and keys (the kernel's online softmax across key blocks), S != L
+    yield Row("sdpa_blocks", lambda q, k, v: F.scaled_dot_product_attention(b(q), b(k), b(v)),
+              randn((1, 2, 140, 16), (1, 2, 200, 16), (1, 2, 200, 16)), **TOL)
+    # the GPT's layout: q, k, v strided views of one [B, T, 3, H, E] projection, causal, two blocks
+    yield Row("sdpa_causal_qkv_views", lambda x: sdpa_qkv(b(x)), randn((1, 136, 3, 2, 16)), **TOL)
     # ---- index ops
     yield Row("embedding", lambda w, i: F.embedding(i, b(w)),
               lambda g: [torch.randn(10, 6, generator=g), torch.randint(0, 10, (4, 5), generator=g)], **TOL)

@@ -140,8 +140,7 @@ TEST_P(AutocastDevices, LowerOpsRunInBf16) {
   // The reference: the same op on inputs rounded to bf16 first, computed in fp32.
   mm_ref = matmul(cast(cast(a, kBF16), kFloat32), cast(cast(b, kBF16), kFloat32));
   settle();
-  for (const Tensor* t : {&mm, &lin, &conv}) EXPECT_EQ(t->dtype(), kBF16);
-  EXPECT_EQ(att.dtype(), kFloat32);  // float32 until the attention's shape rule takes bf16 (docs/precision.md)
+  for (const Tensor* t : {&mm, &lin, &conv, &att}) EXPECT_EQ(t->dtype(), kBF16);
   EXPECT_LT(rel_err(mm, mm_ref), 1e-2);  // the output's own bf16 rounding
   EXPECT_LT(rel_err(lin, linear(a, w, bias)), 3e-2);
   EXPECT_LT(rel_err(conv, conv2d(img, k)), 3e-2);

@@ -213,6 +213,13 @@ const std::vector<axle::golden::Row>& Bf16_rows() {
   {"avg_pool2d", [](const In& x) { return Out{avg_pool2d(b(x[0]), {.kernel = {2, 2}})}; }},
   {"sdpa_causal",
    [](const In& x) { return Out{scaled_dot_product_attention(b(x[0]), b(x[1]), b(x[2]), {.is_causal = true})}; }},
+  {"sdpa_blocks", [](const In& x) { return Out{scaled_dot_product_attention(b(x[0]), b(x[1]), b(x[2]))}; }},
+  {"sdpa_causal_qkv_views", [](const In& x) {
+     const Tensor p = b(x[0]);  // [B, T, 3, H, E]
+     auto part = [&](int64_t i) { return transpose(squeeze(slice(p, 2, i, i + 1), 2), 1, 2); };
+     const Tensor o = scaled_dot_product_attention(part(0), part(1), part(2), {.is_causal = true});
+     return Out{reshape(transpose(o, 1, 2), {p.shape()[0], p.shape()[1], -1})};
+   }},
   {"embedding", [](const In& x) { return Out{embedding(b(x[0]), x[1])}; }},
   {"gather", [](const In& x) { return Out{gather(b(x[0]), 1, x[1])}; }},
   {"cat_transpose", [](const In& x) { return Out{cat({transpose(b(x[0]), 0, 1), b(x[1])}, 0)}; }},

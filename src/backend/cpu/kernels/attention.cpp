@@ -2,10 +2,12 @@
 // backward), blocked with an online softmax: queries in blocks of kBq rows, keys in blocks of
 // kBk; per query row a running max m and sum l, each key block's scores rescaling the
 // accumulator by exp(m_old - m_new). The products are oneDNN batched matmuls over every batch
-// entry (batch x heads) at once, reading q, v and the output gradient in place through their
-// strides (the transposed views of a [B, T, H, E] layout need no copy; K^T and V^T are made
-// dense once per call, which oneDNN's batched kernels read faster); the softmax steps
-// between them are plain vectorised loops. Scratch is one kBq x kBk score block per batch entry
+// entry (batch x heads) at once, reading q, k, v and the output gradient in place through
+// their strides (the transposed views of a [B, T, H, E] layout need no copy, and K^T and V^T
+// are views too); the softmax steps between them are plain vectorised loops. Blocks of 128:
+// oneDNN's brgemm kernels (AMX for bf16) take a 128 x E x 128 product, where 64-row blocks
+// fell to its plain gemm at a third of the rate (measured: 80 vs 226 GFLOP/s in bf16 on an
+// AMX part), which outweighs computing the masked half of a causal diagonal block. Scratch is one kBq x kBk score block per batch entry
 // (the batch taken in chunks of at most kScratchFloats), never L x S. Causal runs skip the key
 // blocks above the diagonal. The backward (FlashAttention-2's) recomputes each block's
 // probabilities from q, k and the saved log-sum-exp: P = exp(s - lse), D = rowsum(dO * O),
@@ -14,13 +16,20 @@
 // one device; under SPMD each device's shard of base keeps the global indices) is kept when
 // the uniform from word e % 4 of Philox block offset + e / 4 (the generator's seed) is >= p,
 // the rule of axle::dropout's rand(); the backward regenerates the same mask.
+// bfloat16 (where bf16.h's path is Native, AMX: the bf16 wrapper widens to float32 elsewhere):
+// q, k, v, the output gradient and each probability / score-gradient block enter the products
+// as bf16, which accumulate in float32 (oneDNN's bf16 primitives); the softmax, the running
+// max and sum, the log-sum-exp and the output / gradient accumulators stay float32, rounded to
+// bf16 once at the end (PyTorch's cpu flash attention keeps the same split).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "axle/generator.h"
+#include "backend/cpu/bf16.h"
 #include "backend/cpu/dnnl.h"
 #include "backend/cpu/kernels/kernels.h"
 #include "backend/cpu/kernels/vexp.h"
@@ -35,10 +44,10 @@ namespace {
 
 namespace dg = cpu::dnnl_glue;
 
-constexpr int64_t kBq = 64;  ///< query rows per block
-constexpr int64_t kBk = 64;  ///< keys per block
+constexpr int64_t kBq = 128;  ///< query rows per block
+constexpr int64_t kBk = 128;  ///< keys per block
 /// Score-block scratch per chunk of the batch (floats; the backward holds two such blocks).
-constexpr int64_t kScratchFloats = int64_t(1) << 16;
+constexpr int64_t kScratchFloats = int64_t(1) << 17;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 /// exp for x <= 0 (scores less their row's max or log-sum-exp), about 1 ulp (Cephes polynomial);
@@ -56,22 +65,29 @@ inline float fexp(float x) {
   return __builtin_bit_cast(float, __builtin_bit_cast(int32_t, y) & ~under);
 }
 
-/// A [batch..., rows, cols] float operand: its data and strides (elements), the last dim dense.
+/// A [batch..., rows, cols] operand (float32 or bf16): its data and strides (elements), the
+/// last dim dense.
 struct Operand {
   Tensor t;  ///< keeps the storage alive
-  float* p = nullptr;
+  char* p = nullptr;
   Shape strides;
+  DType dt = kFloat32;
+  /// The address of element offset `off`.
+  char* at(int64_t off) const { return p + off * int64_t(itemsize(dt)); }
+  float* f32(int64_t off) const { return reinterpret_cast<float*>(at(off)); }
 };
 
-/// x (float32) as an operand whose last dim is dense (a contiguous copy otherwise).
-Operand operand_of(const Tensor& x) {
+Operand operand(const Tensor& t) { return Operand{t, static_cast<char*>(t.data_ptr()), t.strides(), t.dtype()}; }
+
+/// x as a `dt` operand whose last dim is dense (a contiguous copy otherwise).
+Operand operand_of(const Tensor& x, DType dt) {
   Tensor t = x;
-  if (t.dtype() != kFloat32 || (t.shape().back() != 1 && t.strides().back() != 1) ||
+  if (t.dtype() != dt || (t.shape().back() != 1 && t.strides().back() != 1) ||
       !dg::non_interleaving(t.shape(), t.strides()) || (t.dim() >= 2 && t.shape()[size_t(t.dim() - 2)] > 1 &&
                                                         t.strides()[size_t(t.dim() - 2)] == 0) ||
       std::any_of(t.strides().begin(), t.strides().end(), [](int64_t st) { return st < 0; }))
-    t = contiguous_as(t, kFloat32);
-  return Operand{t, t.data<float>(), t.strides()};
+    t = contiguous_as(t, dt);
+  return operand(t);
 }
 
 /// The batch geometry: batch dims (at least one: an unbatched call has a dim of 1), the
@@ -111,8 +127,9 @@ int64_t batch_offset(const Geom& g, const Shape& strides, int64_t b) {
 /// One strided batched matrix: `c` batch entries starting at flat entry b0 (b0 a multiple of
 /// g.inner, c of them too), rows x cols, row stride rs, column stride cs.
 struct Mat {
-  float* p;
+  char* p;
   Shape dims, strides;
+  DType dt = kFloat32;
 };
 
 /// The view of operand o's rows r0..r0+rows (all `cols` columns) for the
@@ -122,7 +139,8 @@ Mat mat_of(const Geom& g, const Operand& o, int64_t b0, int64_t c, int64_t r0, i
   const size_t nb = g.batch.size(), nd = o.strides.size();
   const bool unbatched = nd == 2;
   Mat m;
-  m.p = o.p + batch_offset(g, o.strides, b0) + r0 * o.strides[nd - 2];
+  m.p = o.at(batch_offset(g, o.strides, b0) + r0 * o.strides[nd - 2]);
+  m.dt = o.dt;
   const int64_t rs = rows == 1 ? cols : o.strides[nd - 2], cs = 1;  // a size-1 dim's stride is free
   for (size_t d = 0; d < nb; ++d) {
     const int64_t st = unbatched ? 0 : o.strides[d];
@@ -152,45 +170,19 @@ void rows_loop(int64_t n, int64_t work, F&& f) {
   }
 }
 
-/// dst (cols x rows, dense) = src^T (rows x cols, row stride rs), 8 rows at a time: each
-/// column's 8 values are written together (one vector; the reads gather down the rows).
-AXLE_SIMD_CLONES void transpose_into(const float* __restrict src, int64_t rs, float* __restrict dst, int64_t rows,
-                                     int64_t cols) {
-  int64_t r0 = 0;
-  for (; r0 + 8 <= rows; r0 += 8)
-    for (int64_t c = 0; c < cols; ++c) {
-#pragma omp simd
-      for (int64_t k = 0; k < 8; ++k) dst[c * rows + r0 + k] = src[(r0 + k) * rs + c];
-    }
-  for (int64_t r = r0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) dst[c * rows + r] = src[r * rs + c];
-}
-
-/// o's last two dims transposed into a new dense [batch..., cols, rows] operand (oneDNN's fast
-/// batched kernels want a plain row-major right operand: K^T and V^T are made once per call).
-Operand transposed_dense(const Geom& g, const Operand& o, int64_t rows, int64_t cols) {
-  Shape shape = g.batch;
-  shape.push_back(cols), shape.push_back(rows);
-  Tensor t = make_tensor(shape, kFloat32);
-  float* d = t.data<float>();
-  const int64_t rs = o.strides[o.strides.size() - 2];
-  rows_loop(g.N, g.N * rows * cols,
-            [&](int64_t b) { transpose_into(o.p + batch_offset(g, o.strides, b), rs, d + b * rows * cols, rows, cols); });
-  return Operand{t, d, t.strides()};
-}
-
-/// Columns j0..j0+n of a dense transposed operand (rows x S) for chunk [b0, b0 + c).
-Mat cols_of(const Geom& g, const Operand& t, int64_t b0, int64_t c, int64_t rows, int64_t j0, int64_t n) {
-  Mat m = mat_of(g, t, b0, c, 0, rows, n);
-  m.p += j0;
-  if (rows == 1) m.strides[m.strides.size() - 2] = t.strides[t.strides.size() - 2];
+/// m with its last two dims swapped (a transposed view: oneDNN reads the strides).
+Mat transposed(Mat m) {
+  const size_t nd = m.dims.size();
+  std::swap(m.dims[nd - 2], m.dims[nd - 1]);
+  std::swap(m.strides[nd - 2], m.strides[nd - 1]);
   return m;
 }
 
-/// A dense [c / inner, batch[1:]..., rows, cols] scratch matrix at p.
-Mat dense(const Geom& g, float* p, int64_t c, int64_t rows, int64_t cols, bool transposed = false) {
+/// A dense [c / inner, batch[1:]..., rows, cols] scratch matrix of `dt` at p.
+Mat dense(const Geom& g, void* p, DType dt, int64_t c, int64_t rows, int64_t cols, bool transposed = false) {
   Mat m;
-  m.p = p;
+  m.p = static_cast<char*>(p);
+  m.dt = dt;
   const size_t nb = g.batch.size();
   for (size_t d = 0; d < nb; ++d) m.dims.push_back(d == 0 ? c / g.inner : g.batch[d]);
   m.dims.push_back(rows), m.dims.push_back(cols);
@@ -204,9 +196,17 @@ Mat dense(const Geom& g, float* p, int64_t c, int64_t rows, int64_t cols, bool t
 }
 
 /// A score block in scratch: [c / inner, batch[1:]..., m, n] with rows kBk apart (so the row
-/// loops run a fixed kBk columns), batch entries kBq * kBk apart; or its transpose.
+/// loops run a fixed kBk columns), batch entries kBq * kBk apart; or its transpose. float32, or
+/// bf16 (a float32 block rounded for the products: Blocks16).
 Mat block(const Geom& g, float* p, int64_t c, int64_t m, int64_t n, bool transposed = false) {
-  Mat b = dense(g, p, c, kBq, kBk, transposed);
+  Mat b = dense(g, p, kFloat32, c, kBq, kBk, transposed);
+  const size_t nb = g.batch.size();
+  b.dims[nb + (transposed ? 1 : 0)] = m;
+  b.dims[nb + (transposed ? 0 : 1)] = n;
+  return b;
+}
+Mat block(const Geom& g, bfloat16* p, int64_t c, int64_t m, int64_t n, bool transposed = false) {
+  Mat b = dense(g, p, kBFloat16, c, kBq, kBk, transposed);
   const size_t nb = g.batch.size();
   b.dims[nb + (transposed ? 1 : 0)] = m;
   b.dims[nb + (transposed ? 0 : 1)] = n;
@@ -220,7 +220,7 @@ Mat block(const Geom& g, float* p, int64_t c, int64_t m, int64_t n, bool transpo
 /// [B, L, 3, H, E], the layout of a packed qkv projection's [B, L, 3 * H * E] gradient, so the
 /// cat of the three merged views is a view too (cat_cpu). Fewer than 2 batch dims and one part:
 /// the dense layout. The buffer is zeroed when `zero`.
-std::vector<Operand> interleaved_outputs(const Shape& shape, int64_t parts, bool zero) {
+std::vector<Operand> interleaved_outputs(const Shape& shape, int64_t parts, bool zero, DType dt = kFloat32) {
   const size_t nd = shape.size();
   const int64_t rows = shape[nd - 2], cols = shape[nd - 1];
   Shape strides(nd, 1);
@@ -234,39 +234,85 @@ std::vector<Operand> interleaved_outputs(const Shape& shape, int64_t parts, bool
   strides[nd - 2] = acc;  // a row steps over every part and every entry of batch[1:]
   acc *= rows;
   if (nd >= 3) strides[0] = acc;
-  Tensor buf = make_tensor({shape_numel(shape) * parts}, kFloat32);
-  float* p = buf.data<float>();
-  if (zero) std::fill(p, p + buf.numel(), 0.0f);
+  Tensor buf = make_tensor({shape_numel(shape) * parts}, dt);
+  const Operand whole = operand(buf);
+  if (zero) std::memset(whole.p, 0, size_t(buf.numel()) * itemsize(dt));  // 0.0 in float32 and bf16
   std::vector<Operand> outs;
   for (int64_t k = 0; k < parts; ++k)
-    outs.push_back(Operand{make_view(buf, shape, strides, k * part_stride), p + k * part_stride, strides});
+    outs.push_back(Operand{make_view(buf, shape, strides, k * part_stride), whole.at(k * part_stride), strides, dt});
   return outs;
 }
 
-/// Row r (kBk wide) scaled, with -inf from column nk on; returns its max. 8 lanes: the
-/// reduction vectorises without reassociating the compiler could not do itself.
+/// The `parts` float32 accumulators `acc` (interleaved_outputs) rounded into bf16 outputs of the
+/// same layout.
+std::vector<Operand> rounded(const std::vector<Operand>& acc, const Shape& shape) {
+  std::vector<Operand> out = interleaved_outputs(shape, int64_t(acc.size()), false, kBFloat16);
+  const int64_t n = shape_numel(shape) * int64_t(acc.size());
+  constexpr int64_t kBlock = 1 << 14;
+  rows_loop((n + kBlock - 1) / kBlock, n, [&](int64_t t) {
+    const int64_t i0 = t * kBlock, m = std::min(kBlock, n - i0);
+    round_bf16(acc[0].f32(i0), reinterpret_cast<bfloat16*>(out[0].at(i0)), m);
+  });
+  return out;
+}
+
+// 16 floats as one value (GCC's vector extension): a zmm register in the AVX-512 clone, two
+// ymm ones otherwise. The row loops below keep their running max / sum in one, so nothing
+// goes through memory between a store and a load of another width: such a load cannot take
+// its data from the store buffer and waits for the store to retire (measured: those waits
+// were most of the forward's row work).
+// (-Wpsabi, off for this file: passing one by value changes the ABI without AVX-512; these
+// helpers are all internal, and GCC warns at the end of the file, so no push / pop.)
+#pragma GCC diagnostic ignored "-Wpsabi"
+typedef float F16 __attribute__((vector_size(64)));
+typedef int32_t I16 __attribute__((vector_size(64)));
+
+inline F16 load16(const float* p) {
+  F16 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+inline void store16(float* p, F16 v) { std::memcpy(p, &v, sizeof v); }
+inline F16 splat16(float x) { return F16{} + x; }
+typedef float F8 __attribute__((vector_size(32)));
+typedef float F4 __attribute__((vector_size(16)));
+/// The 16 lanes folded to 4 in registers (halves against halves: a spill to the stack and
+/// scalar loads would wait on the spill, as above), then the 4 in order.
+template <class Op>
+inline float fold16(F16 v, Op op) {
+  const F8 a = op(__builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7),
+                  __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15));
+  const F4 b = op(__builtin_shufflevector(a, a, 0, 1, 2, 3), __builtin_shufflevector(a, a, 4, 5, 6, 7));
+  const float x = op(b[0], b[1]), y = op(b[2], b[3]);
+  return op(x, y);
+}
+inline float hmax16(F16 v) {
+  return fold16(v, [](auto a, auto b) { return a > b ? a : b; });
+}
+inline float hsum16(F16 v) {
+  return fold16(v, [](auto a, auto b) { return a + b; });
+}
+
+/// Row r (kBk wide) scaled, with -inf from column nk on; returns its max.
 AXLE_SIMD_CLONES float scale_mask_max(float* r, float scale, int64_t nk) {
-  // unconditional, then the mask: a select on a float product stays scalar under -ftrapping-math
-  for (int64_t j = 0; j < kBk; ++j) r[j] *= scale;
-  std::fill(r + nk, r + kBk, kNegInf);
-  float m8[8];  // from constants, not from r: copying r's lanes in made the loop wait on a store
-  for (int l = 0; l < 8; ++l) m8[l] = kNegInf;
-  for (int64_t j = 0; j < kBk; j += 8)
-    for (int l = 0; l < 8; ++l) m8[l] = m8[l] > r[j + l] ? m8[l] : r[j + l];
-  float m = m8[0];
-  for (int l = 1; l < 8; ++l) m = m > m8[l] ? m : m8[l];
-  return m;
+  const I16 lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+  const I16 ninf = (I16)splat16(kNegInf);
+  F16 m = splat16(kNegInf);
+  for (int64_t j = 0; j < kBk; j += 16) {
+    const I16 keep = lane + int32_t(j) < int32_t(nk);  // all ones where column j + l < nk
+    const F16 x = (F16)(((I16)(load16(r + j) * scale) & keep) | (ninf & ~keep));  // a select on the bits
+    store16(r + j, x);
+    m = m > x ? m : x;
+  }
+  return hmax16(m);
 }
 
 /// r[j] = exp(r[j] - mx) over the kBk columns (0 where r is -inf); returns their sum.
 AXLE_SIMD_CLONES float exp_sum(float* r, float mx) {
   for (int64_t j = 0; j < kBk; ++j) r[j] = fexp(r[j] - mx);
-  float s8[8] = {};
-  for (int64_t j = 0; j < kBk; j += 8)
-    for (int l = 0; l < 8; ++l) s8[l] += r[j + l];
-  float s = 0.0f;
-  for (int l = 0; l < 8; ++l) s += s8[l];
-  return s;
+  F16 s = {};
+  for (int64_t j = 0; j < kBk; j += 16) s += load16(r + j);
+  return hsum16(s);
 }
 
 struct GemmEntry {
@@ -286,7 +332,8 @@ void zero(const Mat& c) {
       off += (r % c.dims[d]) * c.strides[d];
       r /= c.dims[d];
     }
-    for (int64_t j = 0; j < c.dims[nd - 1]; ++j) c.p[off + j * c.strides[nd - 1]] = 0.0f;
+    float* p = reinterpret_cast<float*>(c.p);  // c is a float32 accumulator
+    for (int64_t j = 0; j < c.dims[nd - 1]; ++j) p[off + j * c.strides[nd - 1]] = 0.0f;
   }
 }
 
@@ -299,12 +346,13 @@ void gemm(const Mat& a, const Mat& b, const Mat& c, bool accumulate) {
     return;
   }
   dg::Key key("sdpa-gemm");
-  key << a.dims << a.strides << b.dims << b.strides << c.dims << c.strides << int64_t(accumulate);
+  key << a.dims << a.strides << b.dims << b.strides << c.dims << c.strides << int64_t(accumulate)
+      << int64_t(a.dt) << int64_t(b.dt) << int64_t(c.dt);
   auto e = dg::cached<GemmEntry>(key, [&] {
     auto e = std::make_shared<GemmEntry>();
-    e->a = dg::strided_desc(a.dims, a.strides, kFloat32);
-    e->b = dg::strided_desc(b.dims, b.strides, kFloat32);
-    e->c = dg::strided_desc(c.dims, c.strides, kFloat32);
+    e->a = dg::strided_desc(a.dims, a.strides, a.dt);
+    e->b = dg::strided_desc(b.dims, b.strides, b.dt);
+    e->c = dg::strided_desc(c.dims, c.strides, c.dt);
     dnnl::primitive_attr attr = dg::default_attr();
     if (accumulate) {
       dnnl::post_ops po;
@@ -391,17 +439,42 @@ AXLE_SIMD_CLONES void score_grads(float* dp, const float* p, float scale, float 
 /// PyTorch's (which scales q and k before their product), whatever 1 / sqrt(0) would make them.
 float score_scale(const Geom& g, double scale) { return g.E == 0 ? 1.0f : float(scale); }
 
+/// y = r rounded to bf16, one kBk-wide row (a clone as the row loops that wrote r: its loads
+/// have their stores' width, as fold16 explains).
+AXLE_SIMD_CLONES void round_block_row(const float* r, bfloat16* y) {
+  for (int64_t j = 0; j < kBk; ++j) y[j].bits = bfloat16::round_bits(r[j]);
+}
+
+/// Per chunk of the batch, the rows of a float32 score block rounded to bf16 for the products
+/// (empty on the float32 path, whose products read the float32 blocks).
+struct Blocks16 {
+  std::vector<bfloat16> buf;
+  Blocks16(DType dt, int64_t chunk) {
+    if (dt == kBFloat16) buf.resize(size_t(chunk * kBq * kBk));
+  }
+  bool on() const { return !buf.empty(); }
+  /// Row (bl, ii) of a float32 block rounded into this one.
+  void round_row(const float* r, int64_t bl, int64_t ii) {
+    if (on()) round_block_row(r, buf.data() + (bl * kBq + ii) * kBk);
+  }
+  /// The block for the products: this one (bf16) if on, else the float32 one at f.
+  Mat mat(const Geom& g, float* f, int64_t c, int64_t m, int64_t n, bool transposed = false) {
+    return on() ? block(g, buf.data(), c, m, n, transposed) : block(g, f, c, m, n, transposed);
+  }
+};
+
 // ------------------------------------------------------------------ forward
-/// out (any strides, the last dim dense: interleaved_output) and lse (dense [N, L]).
+/// q, k, v of one dtype (float32 or bf16); out a float32 accumulator (any strides, the last dim
+/// dense: interleaved_output) and lse (dense [N, L]).
 void fwd_impl(const Geom& g, const Operand& q, const Operand& k, const Operand& v, const Operand& out, float* lse,
               float scale, bool causal, const Dropout& drop) {
   const int64_t L = g.L, S = g.S, Ev = g.Ev, E = g.E;
   auto row_of = [&g](const Operand& o, int64_t b, int64_t i) {
-    return o.p + batch_offset(g, o.strides, b) + i * o.strides[o.strides.size() - 2];
+    return o.f32(batch_offset(g, o.strides, b) + i * o.strides[o.strides.size() - 2]);
   };
   const int64_t chunk = chunk_of(g, 1);
   std::vector<float> sbuf(size_t(chunk * kBq * kBk)), mx(size_t(chunk * kBq)), sum(size_t(chunk * kBq));
-  const Operand kt = transposed_dense(g, k, S, E);
+  Blocks16 p16(q.dt, chunk);
   for (int64_t b0 = 0; b0 < g.N; b0 += chunk) {
     const int64_t c = std::min(chunk, g.N - b0);
     for (int64_t i0 = 0; i0 < L; i0 += kBq) {
@@ -413,7 +486,7 @@ void fwd_impl(const Geom& g, const Operand& q, const Operand& k, const Operand& 
       const int64_t jend = causal ? std::min(S, i0 + m) : S;
       for (int64_t j0 = 0; j0 < jend; j0 += kBk) {
         const int64_t n = std::min(kBk, jend - j0);
-        gemm(qm, cols_of(g, kt, b0, c, E, j0, n), block(g, sbuf.data(), c, m, n), false);
+        gemm(qm, transposed(mat_of(g, k, b0, c, j0, n, E)), block(g, sbuf.data(), c, m, n), false);
         const bool first = j0 == 0;
         rows_loop(c * m, c * m * (kBk + Ev) * 8, [&](int64_t t) {
           const int64_t bl = t / m, ii = t % m, i = i0 + ii;
@@ -423,6 +496,7 @@ void fwd_impl(const Geom& g, const Operand& q, const Operand& k, const Operand& 
           const float mnew = std::max(mx[size_t(t)], mb);
           if (mnew == kNegInf) {  // every key so far masked
             std::fill(sr, sr + kBk, 0.0f);
+            p16.round_row(sr, bl, ii);
             if (first) std::fill(orow, orow + Ev, 0.0f);
             return;
           }
@@ -435,11 +509,12 @@ void fwd_impl(const Geom& g, const Operand& q, const Operand& k, const Operand& 
             drop.row(b0 + bl, i, j0, n, mult);
             for (int64_t jj = 0; jj < n; ++jj) sr[jj] *= mult[jj];
           }
+          p16.round_row(sr, bl, ii);
           if (first) std::fill(orow, orow + Ev, 0.0f);
           else
             for (int64_t e = 0; e < Ev; ++e) orow[e] *= alpha;
         });
-        gemm(block(g, sbuf.data(), c, m, n), mat_of(g, v, b0, c, j0, n, Ev), om, true);
+        gemm(p16.mat(g, sbuf.data(), c, m, n), mat_of(g, v, b0, c, j0, n, Ev), om, true);
       }
       rows_loop(c * m, c * m * Ev, [&](int64_t t) {
         const int64_t bl = t / m, i = i0 + t % m;
@@ -453,51 +528,69 @@ void fwd_impl(const Geom& g, const Operand& q, const Operand& k, const Operand& 
   }
 }
 
+/// The dtype the kernels compute a call in: bf16 operands stay bf16 (the bf16 wrapper hands
+/// them over only on the Native path), anything else is float32.
+DType compute_dtype(const Tensor& x) { return x.dtype() == kBFloat16 ? kBFloat16 : kFloat32; }
+
 Tensors sdpa_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>& meta) {
   const attr::ScaledDotProductAttention at = attr::ScaledDotProductAttention::of(a);
   const Geom g = geom_of(in[0], in[2]);
-  const Operand out = interleaved_outputs(meta[0].shape, 1, false)[0];
+  const DType dt = compute_dtype(in[0]);
+  // float32: the output accumulates in place; bf16: in a float32 buffer, rounded at the end
+  const Operand acc = interleaved_outputs(meta[0].shape, 1, g.S == 0)[0];
   Tensor lse = make_tensor(meta[1].shape, kFloat32);
-  if (lse.numel() == 0) return {out.t, lse};
-  if (g.S == 0) {  // no keys: every row attends to nothing
-    std::fill(out.p, out.p + out.t.numel(), 0.0f);
+  auto result = [&] {
+    return Tensors{dt == kFloat32 ? acc.t : rounded({acc}, meta[0].shape)[0].t, lse};
+  };
+  if (lse.numel() == 0) return result();
+  if (g.S == 0) {  // no keys: every row attends to nothing (acc zeroed)
     std::fill(lse.data<float>(), lse.data<float>() + lse.numel(), kNegInf);
-    return {out.t, lse};
+    return result();
   }
   const Dropout drop = dropout_of(in, 3, at.dropout_p, g);
-  fwd_impl(g, operand_of(in[0]), operand_of(in[1]), operand_of(in[2]), out, lse.data<float>(),
+  fwd_impl(g, operand_of(in[0], dt), operand_of(in[1], dt), operand_of(in[2], dt), acc, lse.data<float>(),
            score_scale(g, at.scale), at.is_causal, drop);
-  return {out.t, lse};
+  return result();
 }
 
 // ------------------------------------------------------------------ backward
+/// D = rowsum(dO * O) for every batch entry's L rows (T: float or bfloat16).
+template <class T>
+void row_dots(const Geom& g, const Operand& go, const Operand& o, float* D) {
+  const int64_t L = g.L, Ev = g.Ev;
+  const int64_t rs_g = go.strides[go.strides.size() - 2], rs_o = o.strides[o.strides.size() - 2];
+  auto wide = [](T x) {
+    if constexpr (std::is_same_v<T, bfloat16>) return bfloat16::to_float(x.bits);
+    else return x;
+  };
+  rows_loop(g.N, g.N * L * Ev, [&](int64_t b) {
+    const T* gb = reinterpret_cast<const T*>(go.at(batch_offset(g, go.strides, b)));
+    const T* ob = reinterpret_cast<const T*>(o.at(batch_offset(g, o.strides, b)));
+    for (int64_t i = 0; i < L; ++i) {
+      float d = 0.0f;
+      for (int64_t e = 0; e < Ev; ++e) d += wide(gb[i * rs_g + e]) * wide(ob[i * rs_o + e]);
+      D[size_t(b * L + i)] = d;
+    }
+  });
+}
+
+/// go, q, k, v, o of one dtype (float32 or bf16); dq, dk, dv float32 accumulators (zeroed).
 void bwd_impl(const Geom& g, const Operand& go, const Operand& q, const Operand& k, const Operand& v,
               const Operand& o, const float* lse, const Operand& dq, const Operand& dk, const Operand& dv, float scale,
               bool causal, const Dropout& drop) {
   const int64_t L = g.L, S = g.S, E = g.E, Ev = g.Ev;
-  // D = rowsum(dO * O)
   std::vector<float> D(size_t(g.N * L));
-  {
-    const int64_t rs_g = go.strides[go.strides.size() - 2], rs_o = o.strides[o.strides.size() - 2];
-    rows_loop(g.N, g.N * L * Ev, [&](int64_t b) {
-      const float* gb = go.p + batch_offset(g, go.strides, b);
-      const float* ob = o.p + batch_offset(g, o.strides, b);
-      for (int64_t i = 0; i < L; ++i) {
-        float d = 0.0f;
-        for (int64_t e = 0; e < Ev; ++e) d += gb[i * rs_g + e] * ob[i * rs_o + e];
-        D[size_t(b * L + i)] = d;
-      }
-    });
-  }
+  if (go.dt == kBFloat16) row_dots<bfloat16>(g, go, o, D.data());
+  else row_dots<float>(g, go, o, D.data());
   const int64_t chunk = chunk_of(g, 2);
   std::vector<float> pbuf(size_t(chunk * kBq * kBk)), dbuf(size_t(chunk * kBq * kBk));
-  const Operand kt = transposed_dense(g, k, S, E), vt = transposed_dense(g, v, S, Ev);
+  Blocks16 p16(q.dt, chunk), d16(q.dt, chunk);
   for (int64_t b0 = 0; b0 < g.N; b0 += chunk) {
     const int64_t c = std::min(chunk, g.N - b0);
     for (int64_t j0 = 0; j0 < S; j0 += kBk) {
       const int64_t n = std::min(kBk, S - j0);
-      const Mat kj = mat_of(g, k, b0, c, j0, n, E), kjt = cols_of(g, kt, b0, c, E, j0, n);
-      const Mat vjt = cols_of(g, vt, b0, c, Ev, j0, n);
+      const Mat kj = mat_of(g, k, b0, c, j0, n, E), kjt = transposed(kj);
+      const Mat vjt = transposed(mat_of(g, v, b0, c, j0, n, Ev));
       const Mat dkj = mat_of(g, dk, b0, c, j0, n, E), dvj = mat_of(g, dv, b0, c, j0, n, Ev);
       const int64_t istart = causal ? (j0 / kBq) * kBq : 0;  // blocks wholly above the diagonal skipped
       for (int64_t i0 = istart; i0 < L; i0 += kBq) {
@@ -505,9 +598,8 @@ void bwd_impl(const Geom& g, const Operand& go, const Operand& q, const Operand&
         if (causal && i0 + m <= j0) continue;
         const Mat qi = mat_of(g, q, b0, c, i0, m, E);
         const Mat gi = mat_of(g, go, b0, c, i0, m, Ev);
-        const Mat P = block(g, pbuf.data(), c, m, n), dS = block(g, dbuf.data(), c, m, n);
-        gemm(qi, kjt, P, false);   // S = Q K^T
-        gemm(gi, vjt, dS, false);  // dP = dO V^T
+        gemm(qi, kjt, block(g, pbuf.data(), c, m, n), false);   // S = Q K^T
+        gemm(gi, vjt, block(g, dbuf.data(), c, m, n), false);  // dP = dO V^T
         rows_loop(c * m, c * m * kBk * 8, [&](int64_t t) {
           const int64_t bl = t / m, ii = t % m, i = i0 + ii;
           float* pr = pbuf.data() + (bl * kBq + ii) * kBk;
@@ -527,10 +619,12 @@ void bwd_impl(const Geom& g, const Operand& go, const Operand& q, const Operand&
           } else {
             score_grads(dr, pr, scale, di, nk);
           }
+          p16.round_row(pr, bl, ii);
+          d16.round_row(dr, bl, ii);
         });
-        gemm(block(g, pbuf.data(), c, m, n, true), gi, dvj, true);  // dV += P^T dO
-        gemm(dS, kj, mat_of(g, dq, b0, c, i0, m, E), true);          // dQ += dS K (scale folded in)
-        gemm(block(g, dbuf.data(), c, m, n, true), qi, dkj, true);  // dK += dS^T Q
+        gemm(p16.mat(g, pbuf.data(), c, m, n, true), gi, dvj, true);  // dV += P^T dO
+        gemm(d16.mat(g, dbuf.data(), c, m, n), kj, mat_of(g, dq, b0, c, i0, m, E), true);  // dQ += dS K (scale in)
+        gemm(d16.mat(g, dbuf.data(), c, m, n, true), qi, dkj, true);  // dK += dS^T Q
       }
     }
   }
@@ -539,20 +633,32 @@ void bwd_impl(const Geom& g, const Operand& go, const Operand& q, const Operand&
 Tensors sdpa_bwd_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>& meta) {
   const attr::ScaledDotProductAttentionBackward at = attr::ScaledDotProductAttentionBackward::of(a);
   const Geom g = geom_of(in[1], in[3]);
-  // zeroed: the products accumulate into them (and with no keys or queries they stay 0)
+  const DType dt = compute_dtype(in[0]);
+  // float32 accumulators, zeroed: the products accumulate into them (and with no keys or
+  // queries they stay 0); the outputs themselves on the float32 path, rounded to bf16 after.
+  const bool packed = meta[0].shape == meta[1].shape && meta[1].shape == meta[2].shape;
   std::vector<Operand> d;
-  if (meta[0].shape == meta[1].shape && meta[1].shape == meta[2].shape) {
+  if (packed) {
     d = interleaved_outputs(meta[0].shape, 3, true);
   } else {
     for (size_t k = 0; k < 3; ++k) d.push_back(interleaved_outputs(meta[k].shape, 1, true)[0]);
   }
-  const Operand &dq = d[0], &dk = d[1], &dv = d[2];
-  if (g.N * g.L == 0 || g.S == 0) return {dq.t, dk.t, dv.t};  // nothing to propagate
+  auto result = [&] {
+    if (dt == kFloat32) return Tensors{d[0].t, d[1].t, d[2].t};
+    if (packed) {
+      const std::vector<Operand> r = rounded(d, meta[0].shape);
+      return Tensors{r[0].t, r[1].t, r[2].t};
+    }
+    Tensors r;
+    for (size_t k = 0; k < 3; ++k) r.push_back(rounded({d[k]}, meta[k].shape)[0].t);
+    return r;
+  };
+  if (g.N * g.L == 0 || g.S == 0) return result();  // nothing to propagate
   const Tensor lse = contiguous_as(in[5], kFloat32);
   const Dropout drop = dropout_of(in, 6, at.dropout_p, g);
-  bwd_impl(g, operand_of(in[0]), operand_of(in[1]), operand_of(in[2]), operand_of(in[3]), operand_of(in[4]),
-           lse.data<float>(), dq, dk, dv, score_scale(g, at.scale), at.is_causal, drop);
-  return {dq.t, dk.t, dv.t};
+  bwd_impl(g, operand_of(in[0], dt), operand_of(in[1], dt), operand_of(in[2], dt), operand_of(in[3], dt),
+           operand_of(in[4], dt), lse.data<float>(), d[0], d[1], d[2], score_scale(g, at.scale), at.is_causal, drop);
+  return result();
 }
 
 }  // namespace

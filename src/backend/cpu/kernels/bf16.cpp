@@ -6,8 +6,8 @@
 // (float32 math on widened blocks, elementwise.cpp), the fused-elementwise kernel, data
 // movement (views, cat, index_select, gather, sharding), layer norm (a row at a time, norm.cpp),
 // max pooling (2x2 channels-last in bf16, pool.cpp), sum / amax / amin (reduce.cpp), and
-// matmul / linear / the convolutions when the process's bf16 path is Native (oneDNN bf16
-// primitives with float32 accumulation: bf16.h).
+// matmul / linear / the convolutions / scaled-dot-product attention when the process's bf16
+// path is Native (oneDNN bf16 primitives with float32 accumulation: bf16.h).
 // Collectives run here too: an all-reduce of bf16 tensors reduces in float32, then rounds.
 #include <array>
 
@@ -43,8 +43,9 @@ bool handles_bf16(OpKind k) {
 }
 
 // The products oneDNN computes in bf16 with float32 accumulation on the Native path: matmul and
-// linear (K > 0: no bias-only fill), and the convolutions, forward and both backward kernels
-// (conv_transpose2d's forward is conv2d's backward-data), whose operands share one dtype.
+// linear (K > 0: no bias-only fill), the convolutions, forward and both backward kernels
+// (conv_transpose2d's forward is conv2d's backward-data), whose operands share one dtype, and
+// attention, forward and backward (its shape rules give q, k, v, out and grad one dtype).
 bool native_bf16(OpKind k, const Tensors& in) {
   switch (k) {
     case OpKind::Matmul: return in[0].shape().back() > 0;
@@ -52,6 +53,9 @@ bool native_bf16(OpKind k, const Tensors& in) {
     case OpKind::Conv2d: case OpKind::Conv2dBackwardInput: case OpKind::Conv2dBackwardWeight:
     case OpKind::ConvTranspose2d:
       return in[0].dtype() == kBFloat16 && in[1].dtype() == kBFloat16;
+    // bf16 blocks into float32-accumulating products, the softmax in float32 (attention.cpp)
+    case OpKind::ScaledDotProductAttention: case OpKind::ScaledDotProductAttentionBackward:
+      return in[0].dtype() == kBFloat16;
     default: return false;
   }
 }
