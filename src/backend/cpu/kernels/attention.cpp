@@ -98,13 +98,27 @@ bool gapless(const Tensor& x) {
   return true;
 }
 
-/// x as a `dt` operand whose last dim is dense and whose layout is gapless (a contiguous copy
-/// otherwise).
+/// x as a `dt` operand whose last dim is dense and whose layout is gapless: x itself, or a copy
+/// that keeps x's order of dims where only gaps were wrong (q sliced from a packed [B, T, 3, H,
+/// E] projection becomes a [B, T, H, E] buffer: rows of H E copied whole, not E at a time as a
+/// [B, H, T, E] copy would), a contiguous one otherwise.
 Operand operand_of(const Tensor& x, DType dt) {
-  Tensor t = x;
-  if (t.dtype() != dt || (t.shape().back() != 1 && t.strides().back() != 1) || !gapless(t) ||
-      (t.dim() >= 2 && t.shape()[size_t(t.dim() - 2)] > 1 && t.strides()[size_t(t.dim() - 2)] == 0))
-    t = contiguous_as(t, dt);
+  const bool last_dense = x.shape().back() == 1 || x.strides().back() == 1;
+  const bool rows_broadcast = x.dim() >= 2 && x.shape()[size_t(x.dim() - 2)] > 1 && x.strides()[size_t(x.dim() - 2)] == 0;
+  if (x.dtype() == dt && last_dense && !rows_broadcast && gapless(x)) return operand(x);
+  const bool plain = std::all_of(x.strides().begin(), x.strides().end(), [](int64_t st) { return st > 0; });
+  if (x.dtype() != dt || !last_dense || !plain) return operand(contiguous_as(x, dt));
+  std::vector<size_t> order(size_t(x.dim()));  // dims by decreasing stride: the new layout's order
+  for (size_t d = 0; d < order.size(); ++d) order[d] = d;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return x.strides()[a] > x.strides()[b]; });
+  Shape strides(order.size());
+  int64_t next = 1;
+  for (size_t k = order.size(); k-- > 0;) {
+    strides[order[k]] = next;
+    next *= x.shape()[order[k]];
+  }
+  const Tensor t = make_view(make_tensor({x.numel()}, dt), x.shape(), strides, 0);
+  copy_into(t, x);
   return operand(t);
 }
 
