@@ -7,9 +7,9 @@
 // are views too); the softmax steps between them are plain vectorised loops. Blocks of 128:
 // oneDNN's brgemm kernels (AMX for bf16) take a 128 x E x 128 product, where 64-row blocks
 // fell to its plain gemm at a third of the rate (measured: 80 vs 226 GFLOP/s in bf16 on an
-// AMX part), which outweighs computing the masked half of a causal diagonal block. Scratch is one kBq x kBk score block per batch entry
-// (the batch taken in chunks of at most kScratchFloats), never L x S. Causal runs skip the key
-// blocks above the diagonal. The backward (FlashAttention-2's) recomputes each block's
+// AMX part), which outweighs computing the masked half of a causal diagonal block. Scratch is
+// one kBq x kBk score block per batch entry (the batch taken in chunks of at most
+// kScratchFloats), never L x S. Causal runs skip the key blocks above the diagonal. The backward (FlashAttention-2's) recomputes each block's
 // probabilities from q, k and the saved log-sum-exp: P = exp(s - lse), D = rowsum(dO * O),
 // dS = P * (dP - D); dV += P^T dO, dQ += dS K, dK += dS^T Q accumulate in the outputs.
 // Dropout: weight (b, i, j) of element index e = base[b] + i * S + j (base[b] = b * L * S on
@@ -478,7 +478,7 @@ AXLE_SIMD_CLONES void score_grads(float* dp, const float* p, float scale, float 
 float score_scale(const Geom& g, double scale) { return g.E == 0 ? 1.0f : float(scale); }
 
 /// y = r rounded to bf16, one kBk-wide row (a clone as the row loops that wrote r: its loads
-/// have their stores' width, as fold16 explains).
+/// have their stores' width, as the note on F16 explains).
 AXLE_SIMD_CLONES void round_block_row(const float* r, bfloat16* y) {
   for (int64_t j = 0; j < kBk; ++j) y[j].bits = bfloat16::round_bits(r[j]);
 }
