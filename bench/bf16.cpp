@@ -1,6 +1,7 @@
 // bfloat16 against float32 on this processor, one thread by default: the 2048x768x768 GEMM
 // (GPT's MLP/attention projection size) through linear, the elementwise GELU (tanh) and
-// LayerNorm over a [2048, 768] activation, and the cnn's 2x2 max pooling (channels-last). Each bf16 row runs under both compute paths
+// LayerNorm over a [2048, 768] activation, the gpt's causal attention (forward and backward),
+// and the cnn's 2x2 max pooling (channels-last). Each bf16 row runs under both compute paths
 // (native: oneDNN bf16 primitives, float32 accumulation; fp32: operands widened, float32
 // primitive, result rounded). The variants run in alternation, ROUNDS rounds of REPS calls;
 // per variant the median and range of the per-call time, and each one's ratio to float32.
@@ -100,6 +101,25 @@ int main(int argc, char** argv) {
     set_grad_enabled(was);
     if (!x.grad().defined()) std::abort();
   };
+  // The gpt's attention (bench/gpt_step.cpp's shape): q, k, v views of one packed [B, T, 3, H,
+  // E] projection, causal, forward and backward.
+  Tensor qkv = randn({32, 128, 3, 4, 32}), qkvb = qkv.to(kBFloat16);
+  Tensor go = randn({32, 4, 128, 32}), gob = go.to(kBFloat16);
+  auto attention_step = [](const Tensor& t, const Tensor& g) {
+    Tensor x = t.detach();
+    x.set_requires_grad(true);
+    const bool was = grad_enabled();
+    set_grad_enabled(true);
+    auto part = [&](int64_t i) { return transpose(squeeze(slice(x, 2, i, i + 1), 2), 1, 2); };
+    sum(mul(scaled_dot_product_attention(part(0), part(1), part(2), {.is_causal = true}), g)).backward();
+    set_grad_enabled(was);
+    if (!x.grad().defined()) std::abort();
+  };
+  bench("attention, causal, q k v of [32, 128, 3, 4, 32], forward + backward", 0,
+        {{"float32", [&] { attention_step(qkv, go); }, none, {}},
+         {"bf16 native (oneDNN)", [&] { attention_step(qkvb, gob); }, path(cpu::Bf16Compute::Native), {}},
+         {"bf16 fp32 path", [&] { attention_step(qkvb, gob); }, path(cpu::Bf16Compute::F32), {}}},
+        rounds, reps);
   bench("max_pool2d 2x2 channels-last [128, 32, 28, 28], forward + backward", 0,
         {{"float32", [&] { pool_step(a, ga); }, none, {}},
          {"bf16", [&] { pool_step(ab, gab); }, none, {}}},
