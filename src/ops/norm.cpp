@@ -39,9 +39,10 @@ std::vector<Meta> fwd_infer(const Tensors& in, const Attrs& a) {
   const DType xt = in[0].dtype();  // the statistics stay float32 for a bfloat16 input
   if (!at.residual) return {{in[0].shape(), xt}, {stat, kFloat32}, {stat, kFloat32}};
   check_defined(in[3], kFwd, "residual");
-  AXLE_CHECK(in[3].shape() == in[0].shape() && in[3].dtype() == xt, "[", kFwd,
-             "] expected a residual of the input's dtype of shape ", shape_str(in[0].shape()), ", got ", shape_str(in[3].shape()),
-             " ", in[3].dtype());
+  // (a bf16 residual added to a float32 input is widened: an autocast product on the stream)
+  AXLE_CHECK(in[3].shape() == in[0].shape() && (in[3].dtype() == xt || (xt == kFloat32 && in[3].dtype() == kBFloat16)),
+             "[", kFwd, "] expected a residual of shape ", shape_str(in[0].shape()), " and the input's dtype (or bfloat16 ",
+             "with a float32 input), got ", shape_str(in[3].shape()), " ", in[3].dtype());
   return {{in[0].shape(), xt}, {stat, kFloat32}, {stat, kFloat32}, {in[0].shape(), xt}};
 }
 

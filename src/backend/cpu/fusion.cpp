@@ -232,7 +232,8 @@ class FusionPass final : public Pass {
 // - layer_norm(add(x, r)) (a transformer's residual stream: s = x + r feeds this norm and the
 //   next block): the norm takes x and r, writes s as its 4th output and normalises the rows of
 //   s while they are in cache (ops.def: LayerNorm's residual); the fused node stands where the
-//   add stood. Same values exactly (s is the same float sum).
+//   add stood. Same values exactly (s is the same float sum). Under autocast r is a bf16
+//   product added to the float32 stream: the norm widens its rows as the add would.
 // - add(layer_norm_backward(...).dx, g) where only the add reads dx (the gradient of the
 //   residual stream: the norm's input gradient plus the one from the block above): g is
 //   added as dx is written (LayerNormBackward's residual). Same values exactly.
@@ -306,6 +307,12 @@ class EpilogueFusionPass final : public Pass {
     const ops::Meta& m = p.nodes[size_t(r.node)].outs[size_t(r.index)];
     return m.dtype == kFloat32 && m.shape == shape;
   }
+  /// Whether value r is bf16 of `shape`.
+  static bool is_bf16(const Program& p, const Ref& r, const Shape& shape) {
+    if (r.node < 0) return false;
+    const ops::Meta& m = p.nodes[size_t(r.node)].outs[size_t(r.index)];
+    return m.dtype == kBFloat16 && m.shape == shape;
+  }
   /// Whether value r is ready before node `at` runs (inputs and constants always are).
   static bool ready_before(const Program& p, const Ref& r, int at) {
     return r.node >= 0 && (p.nodes[size_t(r.node)].kind != NodeKind::Op || r.node < at);
@@ -318,11 +325,15 @@ class EpilogueFusionPass final : public Pass {
     const int ai = s.node;
     const PNode& add = p.nodes[size_t(ai)];
     const Shape& shape = add.outs[0].shape;
-    if (!is_f32(p, s, shape) || !is_f32(p, add.operands[0], shape) || !is_f32(p, add.operands[1], shape)) return false;
+    // The norm's x is a float32 operand; r float32 too, or bf16 (a product under autocast
+    // added to the float32 stream: the add widens it, as the norm's row loads do).
+    Ref x = add.operands[0], r = add.operands[1];
+    if (!is_f32(p, x, shape)) std::swap(x, r);
+    if (!is_f32(p, s, shape) || !is_f32(p, x, shape) || !(is_f32(p, r, shape) || is_bf16(p, r, shape))) return false;
     PNode fused = p.nodes[size_t(i)];
     for (size_t k = 1; k < fused.operands.size(); ++k)
       if (!ready_before(p, fused.operands[k], ai)) return false;
-    fused.operands = {add.operands[0], fused.operands[1], fused.operands[2], add.operands[1]};
+    fused.operands = {x, fused.operands[1], fused.operands[2], r};
     at.residual = true;
     fused.attrs = at.pack();
     fused.outs.push_back(add.outs[0]);

@@ -334,21 +334,28 @@ TEST(Passes, PoolReluBackwardNotFusedWhenGradientIsUsedElsewhere) {
 namespace {
 // A residual stream through three layer norms (two pre-LN blocks and a final norm), forward
 // and backward; returns (y, x.grad, M.grad, w2.grad, b2.grad).
+// bf16_branch: each block's product in bf16 (as autocast runs it), added to the float32 stream.
 std::vector<Tensor> residual_stream(const Tensor& x, const Tensor& m, const std::vector<Tensor>& w,
-                                    const std::vector<Tensor>& b, const Tensor& r) {
+                                    const std::vector<Tensor>& b, const Tensor& r, bool bf16_branch = false) {
   Tensor s = x;
-  for (int k = 0; k < 2; ++k) s = add(s, matmul(layer_norm(s, {40}, w[size_t(k)], b[size_t(k)]), m));
+  for (int k = 0; k < 2; ++k) {
+    const Tensor h = layer_norm(s, {40}, w[size_t(k)], b[size_t(k)]);
+    s = add(s, bf16_branch ? matmul(cast(h, kBFloat16), cast(m, kBFloat16)) : matmul(h, m));
+  }
   Tensor y = layer_norm(s, {40}, w[2], b[2]);
   sum(mul(y, r)).backward();
   return {y, x.grad(), m.grad(), w[1].grad(), b[1].grad()};
 }
 }  // namespace
 
-TEST(Passes, ResidualAddsFuseIntoLayerNormForwardAndBackward) {
+class ResidualStream : public ::testing::TestWithParam<bool> {};
+TEST_P(ResidualStream, AddsFuseIntoLayerNormForwardAndBackward) {
   // Each residual add that feeds a norm becomes the norm's 4th input (s = x + r its 4th
   // output), and each add of a norm's input gradient to the stream's gradient becomes the
   // backward's 6th input: no add of the stream's shape is left, and every value equals the
-  // eager (unfused) one exactly.
+  // eager (unfused) one exactly. With a bf16 branch (autocast's products) the norm takes the
+  // bf16 r and widens it, as the add did.
+  const bool bf16 = GetParam();
   manual_seed(11);
   Tensor xe = randn({4, 6, 40}), me = mul(randn({40, 40}), 0.2), re = randn({4, 6, 40});
   std::vector<Tensor> we, be, wx, bx;
@@ -362,7 +369,7 @@ TEST(Passes, ResidualAddsFuseIntoLayerNormForwardAndBackward) {
     bx.push_back(be[size_t(k)].to(device()));
   }
   for (Tensor* t : {&xe, &me, &x, &m, &we[1], &be[1], &wx[1], &bx[1]}) t->set_requires_grad(true);
-  const std::vector<Tensor> got = residual_stream(x, m, wx, bx, r);
+  const std::vector<Tensor> got = residual_stream(x, m, wx, bx, r, bf16);
   Program prog = trace(got);
   cpu_pipeline().run(prog);
   prog.verify();
@@ -376,10 +383,12 @@ TEST(Passes, ResidualAddsFuseIntoLayerNormForwardAndBackward) {
   EXPECT_EQ(fwd, 2) << prog.text();
   EXPECT_EQ(bwd, 2) << prog.text();
   EXPECT_EQ(stream_adds, 0) << prog.text();
-  const std::vector<Tensor> want = residual_stream(xe, me, we, be, re);
+  const std::vector<Tensor> want = residual_stream(xe, me, we, be, re, bf16);
   for (size_t k = 0; k < want.size(); ++k)
     EXPECT_EQ(got[k].cpu().to_vector<float>(), want[k].to_vector<float>()) << "value " << k;
 }
+INSTANTIATE_TEST_SUITE_P(Passes, ResidualStream, ::testing::Values(false, true),
+                         [](const auto& info) { return info.param ? "Bf16Branch" : "Float32"; });
 
 TEST(Passes, CnnStepFusesEveryPoolingReluBackward) {
   // conv -> relu -> pool -> conv -> relu -> pool -> flatten -> linear -> relu -> linear, forward
