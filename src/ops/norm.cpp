@@ -37,20 +37,23 @@ std::vector<Meta> fwd_infer(const Tensors& in, const Attrs& a) {
              " inputs (x, weight, bias", at.residual ? ", residual)" : ")", ", got ", in.size());
   const Shape stat = layer_norm_stat_shape(in[0].shape(), at.dims);
   const DType xt = in[0].dtype();  // the statistics stay float32 for a bfloat16 input
-  if (!at.residual) return {{in[0].shape(), xt}, {stat, kFloat32}, {stat, kFloat32}};
+  AXLE_CHECK(!at.bf16_y || xt == kFloat32, "[", kFwd, "] with bf16_y expects a float32 input, got ", xt);
+  const DType yt = at.bf16_y ? kBFloat16 : xt;
+  if (!at.residual) return {{in[0].shape(), yt}, {stat, kFloat32}, {stat, kFloat32}};
   check_defined(in[3], kFwd, "residual");
   // (a bf16 residual added to a float32 input is widened: an autocast product on the stream)
   AXLE_CHECK(in[3].shape() == in[0].shape() && (in[3].dtype() == xt || (xt == kFloat32 && in[3].dtype() == kBFloat16)),
              "[", kFwd, "] expected a residual of shape ", shape_str(in[0].shape()), " and the input's dtype (or bfloat16 ",
              "with a float32 input), got ", shape_str(in[3].shape()), " ", in[3].dtype());
-  return {{in[0].shape(), xt}, {stat, kFloat32}, {stat, kFloat32}, {in[0].shape(), xt}};
+  return {{in[0].shape(), yt}, {stat, kFloat32}, {stat, kFloat32}, {in[0].shape(), xt}};
 }
 
 Tensors fwd_vjp(const VjpArgs& v) {
   AXLE_CHECK(!v.grad[1].defined() && !v.grad[2].defined(), "[", kFwd,
              "] the mean and rstd outputs are internal: no gradient may flow into them");
-  AXLE_CHECK(!attr::LayerNorm::of(v.attrs).residual, "[", kFwd,
-             "] with a fused residual is made by the compiler after autograd: it has no gradient");
+  const attr::LayerNorm at = attr::LayerNorm::of(v.attrs);
+  AXLE_CHECK(!at.residual && !at.bf16_y, "[", kFwd,
+             "] with a fused residual or bf16_y is made by the compiler after autograd: it has no gradient");
   if (!v.grad[0].defined()) return Tensors(v.in.size());
   const int64_t dims = attr::LayerNorm::of(v.attrs).dims;
   return call(OpKind::LayerNormBackward, {v.grad[0], v.in[0], v.in[1], v.out[1], v.out[2]},
@@ -65,8 +68,10 @@ std::vector<Meta> bwd_infer(const Tensors& in, const Attrs& a) {
   check_x(in[1], dims, kBwd);
   check_param(in[1], in[2], dims, kBwd, "weight");
   check_defined(in[0], kBwd, "grad");
-  AXLE_CHECK(in[0].shape() == in[1].shape() && in[0].dtype() == in[1].dtype(), "[", kBwd,
-             "] expected a grad of the input's dtype of shape ", shape_str(in[1].shape()), ", got ", shape_str(in[0].shape()), " ",
+  AXLE_CHECK(in[0].shape() == in[1].shape() &&
+                 (in[0].dtype() == in[1].dtype() || (in[1].dtype() == kFloat32 && in[0].dtype() == kBFloat16)),
+             "[", kBwd, "] expected a grad of shape ", shape_str(in[1].shape()),
+             " and the input's dtype (or bfloat16 with a float32 input), got ", shape_str(in[0].shape()), " ",
              in[0].dtype());
   const Shape stat = layer_norm_stat_shape(in[1].shape(), dims);
   for (int k : {3, 4}) {

@@ -237,6 +237,9 @@ class FusionPass final : public Pass {
 // - add(layer_norm_backward(...).dx, g) where only the add reads dx (the gradient of the
 //   residual stream: the norm's input gradient plus the one from the block above): g is
 //   added as dx is written (LayerNormBackward's residual). Same values exactly.
+// - cast(layer_norm(x).y, bf16) and layer_norm_backward(cast(g_bf16, float32), ...) (autocast
+//   around a float32 norm): the norm writes y in bf16 and its backward widens g's rows itself
+//   (fold_norm_casts). Same values exactly.
 class EpilogueFusionPass final : public Pass {
  public:
   const char* name() const override { return "epilogue-fusion"; }
@@ -296,6 +299,7 @@ class EpilogueFusionPass final : public Pass {
       changed = true;
     }
     if (moved) p.hoist_leaves();  // a fused norm may read an input that stood after the add
+    changed = fold_norm_casts(p) || changed;
     return changed;
   }
 
@@ -368,6 +372,54 @@ class EpilogueFusionPass final : public Pass {
       return true;
     }
     return false;
+  }
+  // Under autocast a float32 norm's y is read by a cast to bf16 (the next product's input), and
+  // the gradient reaching its backward is a cast of a bf16 one to float32: both casts fold into
+  // the norm, which writes y in bf16 (bf16_y: rounded as the cast rounded it) and reads the
+  // bf16 gradient widening its rows (exactly, as the cast did). After the residual folds above,
+  // with the readers counted afresh (those moved nodes' outputs).
+  static bool fold_norm_casts(Program& p) {
+    std::map<std::pair<int, int>, int> readers;
+    for (const PNode& n : p.nodes)
+      if (!n.dead)
+        for (const Ref& r : n.operands)
+          if (r.node >= 0) ++readers[{r.node, r.index}];
+    for (const Ref& r : p.outputs) readers[{r.node, r.index}] += 2;
+    auto only_reader = [&](const Ref& r) {
+      auto u = readers.find({r.node, r.index});
+      return u != readers.end() && u->second == 1;
+    };
+    bool changed = false;
+    for (size_t i = 0; i < p.nodes.size(); ++i) {
+      PNode& n = p.nodes[i];
+      if (n.dead || n.kind != NodeKind::Op) continue;
+      if (n.op == OpKind::Cast && n.outs[0].dtype == kBFloat16) {  // cast(layer_norm(x).y, bf16)
+        const Ref y = n.operands[0];
+        if (y.index != 0 || !is_op(p, y, OpKind::LayerNorm) || !only_reader(y)) continue;
+        PNode& ln = p.nodes[size_t(y.node)];
+        ops::attr::LayerNorm at = ops::attr::LayerNorm::of(ln.attrs);
+        if (at.bf16_y || ln.outs[0].dtype != kFloat32 || !(ln.outs[0].shape == n.outs[0].shape)) continue;
+        at.bf16_y = true;
+        ln.attrs = at.pack();
+        ln.outs[0].dtype = kBFloat16;
+        p.replace_uses({int(i), 0}, y);
+        n.dead = true;
+        changed = true;
+      } else if (n.op == OpKind::LayerNormBackward) {  // layer_norm_backward(cast(g, float32), x, ...)
+        const Ref g = n.operands[0];
+        if (!is_op(p, g, OpKind::Cast) || !only_reader(g)) continue;
+        PNode& c = p.nodes[size_t(g.node)];
+        const Ref src = c.operands[0];
+        if (src.node < 0 || c.outs[0].dtype != kFloat32 || !(c.outs[0].shape == n.outs[0].shape) ||
+            p.nodes[size_t(src.node)].outs[size_t(src.index)].dtype != kBFloat16 ||
+            !(p.nodes[size_t(src.node)].outs[size_t(src.index)].shape == c.outs[0].shape))
+          continue;
+        n.operands[0] = src;
+        c.dead = true;
+        changed = true;
+      }
+    }
+    return changed;
   }
   static bool is_op(const Program& p, const Ref& r, OpKind k) {
     if (r.node < 0) return false;

@@ -373,16 +373,22 @@ TEST_P(ResidualStream, AddsFuseIntoLayerNormForwardAndBackward) {
   Program prog = trace(got);
   cpu_pipeline().run(prog);
   prog.verify();
-  int fwd = 0, bwd = 0, stream_adds = 0;
+  int fwd = 0, bwd = 0, stream_adds = 0, bf16_y = 0, widening_casts = 0;
   for (const PNode& n : prog.nodes) {
     if (n.dead || n.kind != compiler::NodeKind::Op) continue;
     if (n.op == ops::OpKind::LayerNorm) fwd += ops::attr::LayerNorm::of(n.attrs).residual;
+    if (n.op == ops::OpKind::LayerNorm) bf16_y += ops::attr::LayerNorm::of(n.attrs).bf16_y;
     if (n.op == ops::OpKind::LayerNormBackward) bwd += ops::attr::LayerNormBackward::of(n.attrs).residual;
     if (n.op == ops::OpKind::Add && n.outs[0].shape == Shape{4, 6, 40}) ++stream_adds;
+    if (n.op == ops::OpKind::Cast && n.outs[0].dtype == kFloat32 && n.outs[0].shape == Shape{4, 6, 40}) ++widening_casts;
   }
   EXPECT_EQ(fwd, 2) << prog.text();
   EXPECT_EQ(bwd, 2) << prog.text();
   EXPECT_EQ(stream_adds, 0) << prog.text();
+  // bf16: the two block norms write y in bf16 for their products, and their backwards read the
+  // bf16 gradients (the casts around them folded in)
+  EXPECT_EQ(bf16_y, bf16 ? 2 : 0) << prog.text();
+  EXPECT_EQ(widening_casts, 0) << prog.text();
   const std::vector<Tensor> want = residual_stream(xe, me, we, be, re, bf16);
   for (size_t k = 0; k < want.size(); ++k)
     EXPECT_EQ(got[k].cpu().to_vector<float>(), want[k].to_vector<float>()) << "value " << k;
