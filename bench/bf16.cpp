@@ -59,6 +59,18 @@ void bench(const char* title, double flop, std::vector<Variant> vs, int rounds, 
   }
 }
 
+/// f's forward from a fresh leaf copy of t and its backward with the output gradient g (the
+/// main loop runs without grad).
+void grad_step(const Tensor& t, const Tensor& g, const std::function<Tensor(const Tensor&)>& f) {
+  Tensor x = t.detach();
+  x.set_requires_grad(true);
+  const bool was = grad_enabled();
+  set_grad_enabled(true);
+  sum(mul(f(x), g)).backward();
+  set_grad_enabled(was);
+  if (!x.grad().defined()) std::abort();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -93,27 +105,17 @@ int main(int argc, char** argv) {
   Tensor a = permute(randn({128, 28, 28, 32}), {0, 3, 1, 2}), ab = a.to(kBFloat16);
   Tensor ga = randn({128, 32, 14, 14}), gab = ga.to(kBFloat16);
   auto pool_step = [](const Tensor& t, const Tensor& g) {
-    Tensor x = t.detach();
-    x.set_requires_grad(true);
-    const bool was = grad_enabled();
-    set_grad_enabled(true);
-    sum(mul(max_pool2d(x, {.kernel = {2, 2}}), g)).backward();
-    set_grad_enabled(was);
-    if (!x.grad().defined()) std::abort();
+    grad_step(t, g, [](const Tensor& x) { return max_pool2d(x, {.kernel = {2, 2}}); });
   };
   // The gpt's attention (bench/gpt_step.cpp's shape): q, k, v views of one packed [B, T, 3, H,
   // E] projection, causal, forward and backward.
   Tensor qkv = randn({32, 128, 3, 4, 32}), qkvb = qkv.to(kBFloat16);
   Tensor go = randn({32, 4, 128, 32}), gob = go.to(kBFloat16);
   auto attention_step = [](const Tensor& t, const Tensor& g) {
-    Tensor x = t.detach();
-    x.set_requires_grad(true);
-    const bool was = grad_enabled();
-    set_grad_enabled(true);
-    auto part = [&](int64_t i) { return transpose(squeeze(slice(x, 2, i, i + 1), 2), 1, 2); };
-    sum(mul(scaled_dot_product_attention(part(0), part(1), part(2), {.is_causal = true}), g)).backward();
-    set_grad_enabled(was);
-    if (!x.grad().defined()) std::abort();
+    grad_step(t, g, [](const Tensor& x) {
+      auto part = [&](int64_t i) { return transpose(squeeze(slice(x, 2, i, i + 1), 2), 1, 2); };
+      return scaled_dot_product_attention(part(0), part(1), part(2), {.is_causal = true});
+    });
   };
   bench("attention, causal, q k v of [32, 128, 3, 4, 32], forward + backward", 0,
         {{"float32", [&] { attention_step(qkv, go); }, none, {}},

@@ -250,13 +250,7 @@ class EpilogueFusionPass final : public Pass {
         for (const Ref& r : n.operands)
           if (r.node >= 0) ++uses[size_t(r.node)];
     for (const Ref& r : p.outputs) uses[size_t(r.node)] += 2;  // a graph output must stay unfused
-    // Readers of each (node, output) (layer norm's residual epilogues; a graph output counts 2).
-    std::map<std::pair<int, int>, int> ref_uses;
-    for (const PNode& n : p.nodes)
-      if (!n.dead)
-        for (const Ref& r : n.operands)
-          if (r.node >= 0) ++ref_uses[{r.node, r.index}];
-    for (const Ref& r : p.outputs) ref_uses[{r.node, r.index}] += 2;
+    const std::map<std::pair<int, int>, int> ref_uses = readers_of(p);  // layer norm's residual epilogues
     bool changed = false, moved = false;
     for (size_t i = 0; i < p.nodes.size(); ++i) {
       PNode& n = p.nodes[i];
@@ -310,6 +304,16 @@ class EpilogueFusionPass final : public Pass {
     if (r.node < 0) return false;
     const ops::Meta& m = p.nodes[size_t(r.node)].outs[size_t(r.index)];
     return m.dtype == kFloat32 && m.shape == shape;
+  }
+  /// Readers of each (node, output) of the live nodes; a graph output counts 2.
+  static std::map<std::pair<int, int>, int> readers_of(const Program& p) {
+    std::map<std::pair<int, int>, int> readers;
+    for (const PNode& n : p.nodes)
+      if (!n.dead)
+        for (const Ref& r : n.operands)
+          if (r.node >= 0) ++readers[{r.node, r.index}];
+    for (const Ref& r : p.outputs) readers[{r.node, r.index}] += 2;
+    return readers;
   }
   /// Whether value r is bf16 of `shape`.
   static bool is_bf16(const Program& p, const Ref& r, const Shape& shape) {
@@ -379,12 +383,7 @@ class EpilogueFusionPass final : public Pass {
   // bf16 gradient widening its rows (exactly, as the cast did). After the residual folds above,
   // with the readers counted afresh (those moved nodes' outputs).
   static bool fold_norm_casts(Program& p) {
-    std::map<std::pair<int, int>, int> readers;
-    for (const PNode& n : p.nodes)
-      if (!n.dead)
-        for (const Ref& r : n.operands)
-          if (r.node >= 0) ++readers[{r.node, r.index}];
-    for (const Ref& r : p.outputs) readers[{r.node, r.index}] += 2;
+    const std::map<std::pair<int, int>, int> readers = readers_of(p);
     auto only_reader = [&](const Ref& r) {
       auto u = readers.find({r.node, r.index});
       return u != readers.end() && u->second == 1;
