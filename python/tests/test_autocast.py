@@ -21,9 +21,9 @@ import torch.nn.functional as F
 import axle
 import torch_xla
 import torch_xla.debug.metrics as met
+from fmnist_data import fallbacks, fmnist
 
 BF = torch.bfloat16
-from fmnist_data import fallbacks, fmnist
 
 
 def rel(a, b):

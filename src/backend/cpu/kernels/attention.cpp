@@ -284,12 +284,8 @@ std::vector<Operand> outputs_of(const std::vector<Operand>& acc, const Shape& sh
       copy_into(out[k].t, acc[k].t);
       continue;
     }
-    TensorIter it(out[k].t, {&acc[k].t});
-    it.run([](char** p, const int64_t* s, int64_t n) {
-      if (s[0] == 2 && s[1] == 4) return round_bf16(reinterpret_cast<const float*>(p[1]), reinterpret_cast<bfloat16*>(p[0]), n);
-      for (int64_t i = 0; i < n; ++i)
-        reinterpret_cast<bfloat16*>(p[0] + i * s[0])->bits = bfloat16::round_bits(*reinterpret_cast<const float*>(p[1] + i * s[1]));
-    });
+    TensorIter it(out[k].t, {&acc[k].t});  // the cast op's own loop
+    it.run([](char** p, const int64_t* s, int64_t n) { cast_raw(kFloat32, kBFloat16, p, s, n); });
   }
   return out;
 }
