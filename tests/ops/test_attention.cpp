@@ -319,19 +319,23 @@ TEST(Attention, DropoutIsDeterministicForASeededGeneratorAndKeepsNearOneMinusP) 
 TEST(Attention, DropoutBackwardUsesTheForwardsMask) {
   // The keep mask, read from a run with v = I, then the decomposed form with that fixed mask
   // gives the fused op's values and all three gradients (same seed: same mask).
+  // One block, and several: 70 queries over 75 keys (float32 query blocks of 64 rows; causal:
+  // the backward's products take a prefix of the keys, and some keys no query sees).
   const double p = 0.25;
-  const Tensor q = rnd({2, 9, 5}, 71), k = rnd({2, 11, 5}, 72), v = rnd({2, 11, 3}, 73), w = rnd({2, 9, 3}, 74);
-  for (bool causal : {false, true}) {
-    const Tensor pd = dropped_weights(q, k, p, 99, causal);
-    const Tensor keep = mul(cast(gt(pd, 0.0), kFloat32), 1.0 / (1.0 - p));
-    for (Device dev : {kCPU, axle::device()}) {
-      Generator g(99);
-      AttentionOptions o;
-      o.dropout_p = p;
-      o.generator = &g;
-      const Grads got = run(q, k, v, w, dev, true, causal, Tensor(), o);
-      const Grads want = run(q, k, v, w, kCPU, false, causal, keep);
-      expect_same(got, want, 2e-5, causal ? "dropout causal" : "dropout");
+  for (const auto& [L, S] : {std::pair<int64_t, int64_t>{9, 11}, {70, 75}}) {
+    for (bool causal : {false, true}) {
+      const Tensor q = rnd({2, L, 5}, 71), k = rnd({2, S, 5}, 72), v = rnd({2, S, 3}, 73), w = rnd({2, L, 3}, 74);
+      const Tensor pd = dropped_weights(q, k, p, 99, causal);
+      const Tensor keep = mul(cast(gt(pd, 0.0), kFloat32), 1.0 / (1.0 - p));
+      for (Device dev : {kCPU, axle::device()}) {
+        Generator g(99);
+        AttentionOptions o;
+        o.dropout_p = p;
+        o.generator = &g;
+        const Grads got = run(q, k, v, w, dev, true, causal, Tensor(), o);
+        const Grads want = run(q, k, v, w, kCPU, false, causal, keep);
+        expect_same(got, want, 2e-5, std::string(causal ? "dropout causal L=" : "dropout L=") + std::to_string(L));
+      }
     }
   }
 }

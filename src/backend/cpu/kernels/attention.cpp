@@ -1,15 +1,20 @@
 // Fused scaled dot-product attention on cpu (ops.def: ScaledDotProductAttention and its
-// backward), blocked with an online softmax: queries in blocks of kBq rows, keys in blocks of
-// kBk; per query row a running max m and sum l, each key block's scores rescaling the
+// backward), blocked with an online softmax: queries in blocks of g.bq rows, keys in blocks
+// of kBk; per query row a running max m and sum l, each key block's scores rescaling the
 // accumulator by exp(m_old - m_new). The products are oneDNN batched matmuls over every batch
 // entry (batch x heads) at once, reading q, k, v and the output gradient in place through
 // their strides (the transposed views of a [B, T, H, E] layout need no copy, and K^T and V^T
-// are views too); the softmax steps between them are plain vectorised loops. Blocks of 128:
-// oneDNN's brgemm kernels (AMX for bf16) take a 128 x E x 128 product, where 64-row blocks
-// fell to its plain gemm at a third of the rate (measured: 80 vs 226 GFLOP/s in bf16 on an
-// AMX part), which outweighs computing the masked half of a causal diagonal block. Scratch is
-// one kBq x kBk score block per batch entry (the batch taken in chunks of at most
-// kScratchFloats), never L x S. Causal runs skip the key blocks above the diagonal. The backward (FlashAttention-2's) recomputes each block's
+// are views too); the softmax steps between them are plain vectorised loops. Query blocks
+// (block_rows): 128 rows in bf16, where oneDNN's brgemm kernels (AMX) take a 128 x E x 128
+// product and 64-row blocks fell to its plain gemm at a third of the rate (measured: 80 vs
+// 226 GFLOP/s on an AMX part), which outweighs computing the masked half of a causal diagonal
+// block; 64 rows in float32, where brgemm keeps its rate on 64-row blocks and the causal
+// blocks skip a quarter of the work (the gpt's attention, [32, 4, 128, 32], one thread:
+// forward 5.7-6.0 ms against 9.7-10.3 with 128 rows; bf16 with 64 rows: 26.0-26.5 ms forward
+// and backward against 22.6-22.9). Scratch is one bq x kBk score block per batch entry (the
+// batch taken in chunks of at most kScratchFloats), never L x S. Causal runs skip the keys
+// above the diagonal: the forward's key blocks stop at the query block's last row, and the
+// backward's products take only the keys its query block sees. The backward (FlashAttention-2's) recomputes each block's
 // probabilities from q, k and the saved log-sum-exp: P = exp(s - lse), D = rowsum(dO * O),
 // dS = P * (dP - D); dV += P^T dO, dQ += dS K, dK += dS^T Q accumulate in the outputs.
 // Dropout: weight (b, i, j) of element index e = base[b] + i * S + j (base[b] = b * L * S on
@@ -44,7 +49,6 @@ namespace {
 
 namespace dg = cpu::dnnl_glue;
 
-constexpr int64_t kBq = 128;  ///< query rows per block
 constexpr int64_t kBk = 128;  ///< keys per block
 /// Score-block scratch per chunk of the batch (floats; the backward holds two such blocks).
 constexpr int64_t kScratchFloats = int64_t(1) << 17;
@@ -80,10 +84,12 @@ struct Operand {
 Operand operand(const Tensor& t) { return Operand{t, static_cast<char*>(t.data_ptr()), t.strides(), t.dtype()}; }
 
 /// Whether x's dims (those of size > 1 it does not broadcast) tile a block of memory with no
-/// gap: a permutation of a dense layout, which oneDNN's brgemm matmul kernels take. A q, k or
-/// v sliced from one packed [B, T, 3, H, E] projection is not (its rows are 3 H E apart), and
-/// there oneDNN falls to its plain gemm, at half the rate and less (bf16 on AMX: 0.08 ms for
-/// a [4, 128, 32] x [4, 32, 128] product against 0.035 ms), which costs more than a copy.
+/// gap: a permutation of a dense layout, which oneDNN's bf16 brgemm matmul kernels take. A q,
+/// k or v sliced from one packed [B, T, 3, H, E] projection is not (its rows are 3 H E apart),
+/// and there oneDNN's bf16 products fall to its plain gemm, at half the rate and less (AMX:
+/// 0.08 ms for a [4, 128, 32] x [4, 32, 128] product against 0.035 ms), which costs more than
+/// a copy. float32 products take such views in place: the gpt's attention ran 10-12% faster
+/// than with the copies (forward and backward, one thread, alternating).
 bool gapless(const Tensor& x) {
   std::vector<std::pair<int64_t, int64_t>> by_stride;  // (stride, size)
   for (int64_t d = 0; d < x.dim(); ++d)
@@ -98,14 +104,14 @@ bool gapless(const Tensor& x) {
   return true;
 }
 
-/// x as a `dt` operand whose last dim is dense and whose layout is gapless: x itself, or a copy
-/// that keeps x's order of dims where only gaps were wrong (q sliced from a packed [B, T, 3, H,
-/// E] projection becomes a [B, T, H, E] buffer: rows of H E copied whole, not E at a time as a
-/// [B, H, T, E] copy would), a contiguous one otherwise.
+/// x as a `dt` operand whose last dim is dense and, in bf16, whose layout is gapless: x itself,
+/// or a copy that keeps x's order of dims where only gaps were wrong (q sliced from a packed
+/// [B, T, 3, H, E] projection becomes a [B, T, H, E] buffer: rows of H E copied whole, not E at
+/// a time as a [B, H, T, E] copy would), a contiguous one otherwise.
 Operand operand_of(const Tensor& x, DType dt) {
   const bool last_dense = x.shape().back() == 1 || x.strides().back() == 1;
   const bool rows_broadcast = x.dim() >= 2 && x.shape()[size_t(x.dim() - 2)] > 1 && x.strides()[size_t(x.dim() - 2)] == 0;
-  if (x.dtype() == dt && last_dense && !rows_broadcast && gapless(x)) return operand(x);
+  if (x.dtype() == dt && last_dense && !rows_broadcast && (dt == kFloat32 || gapless(x))) return operand(x);
   const bool plain = std::all_of(x.strides().begin(), x.strides().end(), [](int64_t st) { return st > 0; });
   if (x.dtype() != dt || !last_dense || !plain) return operand(contiguous_as(x, dt));
   std::vector<size_t> order(size_t(x.dim()));  // dims by decreasing stride: the new layout's order
@@ -128,11 +134,16 @@ struct Geom {
   Shape batch;  ///< the batch dims
   int64_t N = 1, L = 0, S = 0, E = 0, Ev = 0;
   int64_t inner = 1;  ///< product of batch dims after the first
+  int64_t bq = 128;   ///< query rows per block (block_rows)
 };
 
-Geom geom_of(const Tensor& q, const Tensor& v) {
+/// Query rows per block for products in `dt` (the file's opening note has the measurements).
+int64_t block_rows(DType dt) { return dt == kBFloat16 ? 128 : 64; }
+
+Geom geom_of(const Tensor& q, const Tensor& v, DType dt) {
   const Shape& s = q.shape();
   Geom g;
+  g.bq = block_rows(dt);
   g.batch = Shape(s.begin(), s.end() - 2);
   if (g.batch.empty()) g.batch = {1};
   g.L = s[s.size() - 2];
@@ -228,17 +239,17 @@ Mat dense(const Geom& g, void* p, DType dt, int64_t c, int64_t rows, int64_t col
 }
 
 /// A score block in scratch: [c / inner, batch[1:]..., m, n] with rows kBk apart (so the row
-/// loops run a fixed kBk columns), batch entries kBq * kBk apart; or its transpose. float32, or
+/// loops run a fixed kBk columns), batch entries bq * kBk apart; or its transpose. float32, or
 /// bf16 (a float32 block rounded for the products: Blocks16).
 Mat block(const Geom& g, float* p, int64_t c, int64_t m, int64_t n, bool transposed = false) {
-  Mat b = dense(g, p, kFloat32, c, kBq, kBk, transposed);
+  Mat b = dense(g, p, kFloat32, c, g.bq, kBk, transposed);
   const size_t nb = g.batch.size();
   b.dims[nb + (transposed ? 1 : 0)] = m;
   b.dims[nb + (transposed ? 0 : 1)] = n;
   return b;
 }
 Mat block(const Geom& g, bfloat16* p, int64_t c, int64_t m, int64_t n, bool transposed = false) {
-  Mat b = dense(g, p, kBFloat16, c, kBq, kBk, transposed);
+  Mat b = dense(g, p, kBFloat16, c, g.bq, kBk, transposed);
   const size_t nb = g.batch.size();
   b.dims[nb + (transposed ? 1 : 0)] = m;
   b.dims[nb + (transposed ? 0 : 1)] = n;
@@ -446,7 +457,7 @@ Dropout dropout_of(const Tensors& in, size_t rng_at, double p, const Geom& g) {
 
 /// Batch entries per chunk: a multiple of g.inner whose score blocks fit the scratch budget.
 int64_t chunk_of(const Geom& g, int64_t blocks) {
-  const int64_t per = g.inner * kBq * kBk * blocks;
+  const int64_t per = g.inner * g.bq * kBk * blocks;
   const int64_t outer = std::max<int64_t>(1, std::min<int64_t>(g.batch[0], kScratchFloats / std::max<int64_t>(per, 1)));
   return outer * g.inner;
 }
@@ -483,13 +494,14 @@ AXLE_SIMD_CLONES void round_block_row(const float* r, bfloat16* y) {
 /// (empty on the float32 path, whose products read the float32 blocks).
 struct Blocks16 {
   std::vector<bfloat16> buf;
-  Blocks16(DType dt, int64_t chunk) {
-    if (dt == kBFloat16) buf.resize(size_t(chunk * kBq * kBk));
+  int64_t bq;
+  Blocks16(DType dt, const Geom& g, int64_t chunk) : bq(g.bq) {
+    if (dt == kBFloat16) buf.resize(size_t(chunk * bq * kBk));
   }
   bool on() const { return !buf.empty(); }
   /// Row (bl, ii) of a float32 block rounded into this one.
   void round_row(const float* r, int64_t bl, int64_t ii) {
-    if (on()) round_block_row(r, buf.data() + (bl * kBq + ii) * kBk);
+    if (on()) round_block_row(r, buf.data() + (bl * bq + ii) * kBk);
   }
   /// The block for the products: this one (bf16) if on, else the float32 one at f.
   Mat mat(const Geom& g, float* f, int64_t c, int64_t m, int64_t n, bool transposed = false) {
@@ -502,17 +514,17 @@ struct Blocks16 {
 /// dense: interleaved_output) and lse (dense [N, L]).
 void fwd_impl(const Geom& g, const Operand& q, const Operand& k, const Operand& v, const Operand& out, float* lse,
               float scale, bool causal, const Dropout& drop) {
-  const int64_t L = g.L, S = g.S, Ev = g.Ev, E = g.E;
+  const int64_t L = g.L, S = g.S, Ev = g.Ev, E = g.E, bq = g.bq;
   auto row_of = [&g](const Operand& o, int64_t b, int64_t i) {
     return o.f32(batch_offset(g, o.strides, b) + i * o.strides[o.strides.size() - 2]);
   };
   const int64_t chunk = chunk_of(g, 1);
-  std::vector<float> sbuf(size_t(chunk * kBq * kBk)), mx(size_t(chunk * kBq)), sum(size_t(chunk * kBq));
-  Blocks16 p16(q.dt, chunk);
+  std::vector<float> sbuf(size_t(chunk * bq * kBk)), mx(size_t(chunk * bq)), sum(size_t(chunk * bq));
+  Blocks16 p16(q.dt, g, chunk);
   for (int64_t b0 = 0; b0 < g.N; b0 += chunk) {
     const int64_t c = std::min(chunk, g.N - b0);
-    for (int64_t i0 = 0; i0 < L; i0 += kBq) {
-      const int64_t m = std::min(kBq, L - i0);
+    for (int64_t i0 = 0; i0 < L; i0 += bq) {
+      const int64_t m = std::min(bq, L - i0);
       const Mat qm = mat_of(g, q, b0, c, i0, m, E);
       const Mat om = mat_of(g, out, b0, c, i0, m, Ev);
       std::fill(mx.begin(), mx.end(), kNegInf);
@@ -524,7 +536,7 @@ void fwd_impl(const Geom& g, const Operand& q, const Operand& k, const Operand& 
         const bool first = j0 == 0;
         rows_loop(c * m, c * m * (kBk + Ev) * 8, [&](int64_t t) {
           const int64_t bl = t / m, ii = t % m, i = i0 + ii;
-          float* sr = sbuf.data() + (bl * kBq + ii) * kBk;
+          float* sr = sbuf.data() + (bl * bq + ii) * kBk;
           const float mb = scale_mask_max(sr, scale, first_masked(causal, i, j0, n));
           float* orow = row_of(out, b0 + bl, i);
           const float mnew = std::max(mx[size_t(t)], mb);
@@ -566,8 +578,8 @@ DType compute_dtype(const Tensor& x) { return x.dtype() == kBFloat16 ? kBFloat16
 
 Tensors sdpa_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>& meta) {
   const attr::ScaledDotProductAttention at = attr::ScaledDotProductAttention::of(a);
-  const Geom g = geom_of(in[0], in[2]);
   const DType dt = compute_dtype(in[0]);
+  const Geom g = geom_of(in[0], in[2], dt);
   // float32: the output accumulates in place; bf16: in a float32 buffer, rounded at the end
   const Operand acc = interleaved_outputs(meta[0].shape, 1, g.S == 0)[0];
   Tensor lse = make_tensor(meta[1].shape, kFloat32);
@@ -611,42 +623,47 @@ void row_dots(const Geom& g, const Operand& go, const Operand& o, float* D) {
 void bwd_impl(const Geom& g, const Operand& go, const Operand& q, const Operand& k, const Operand& v,
               const Operand& o, const float* lse, const Operand& dq, const Operand& dk, const Operand& dv, float scale,
               bool causal, const Dropout& drop) {
-  const int64_t L = g.L, S = g.S, E = g.E, Ev = g.Ev;
+  const int64_t L = g.L, S = g.S, E = g.E, Ev = g.Ev, bq = g.bq;
   std::vector<float> D(size_t(g.N * L));
   if (go.dt == kBFloat16) row_dots<bfloat16>(g, go, o, D.data());
   else row_dots<float>(g, go, o, D.data());
   const int64_t chunk = chunk_of(g, 2);
-  std::vector<float> pbuf(size_t(chunk * kBq * kBk)), dbuf(size_t(chunk * kBq * kBk));
-  Blocks16 p16(q.dt, chunk), d16(q.dt, chunk);
+  std::vector<float> pbuf(size_t(chunk * bq * kBk)), dbuf(size_t(chunk * bq * kBk));
+  Blocks16 p16(q.dt, g, chunk), d16(q.dt, g, chunk);
+  const int64_t ilast = ((L - 1) / bq) * bq;  // the last query block's first row (L > 0)
   for (int64_t b0 = 0; b0 < g.N; b0 += chunk) {
     const int64_t c = std::min(chunk, g.N - b0);
     for (int64_t j0 = 0; j0 < S; j0 += kBk) {
       const int64_t n = std::min(kBk, S - j0);
-      const Mat kj = mat_of(g, k, b0, c, j0, n, E), kjt = transposed(kj);
-      const Mat vjt = transposed(mat_of(g, v, b0, c, j0, n, Ev));
-      const Mat dkj = mat_of(g, dk, b0, c, j0, n, E), dvj = mat_of(g, dv, b0, c, j0, n, Ev);
-      const int64_t istart = causal ? (j0 / kBq) * kBq : 0;  // blocks wholly above the diagonal skipped
-      bool fresh = true;  // dK, dV of these keys not written yet: the first products set them
-      for (int64_t i0 = istart; i0 < L; i0 += kBq) {
-        const int64_t m = std::min(kBq, L - i0);
+      // Query blocks from the last one down: a causal block's rows see keys j0 .. its last row
+      // only (nb of them), the products take just those, and the last block sees the most, so
+      // its products set dK, dV over every key some query sees (`seen`); earlier blocks add to
+      // a prefix. Blocks wholly above the diagonal are skipped.
+      const int64_t istart = causal ? (j0 / bq) * bq : 0;
+      int64_t seen = 0;
+      for (int64_t i0 = ilast; i0 >= istart; i0 -= bq) {
+        const int64_t m = std::min(bq, L - i0);
         if (causal && i0 + m <= j0) continue;
+        const int64_t nb = causal ? std::min(n, i0 + m - j0) : n;
+        const bool fresh = seen == 0;
         const Mat qi = mat_of(g, q, b0, c, i0, m, E);
         const Mat gi = mat_of(g, go, b0, c, i0, m, Ev);
-        gemm(qi, kjt, block(g, pbuf.data(), c, m, n), false);   // S = Q K^T
-        gemm(gi, vjt, block(g, dbuf.data(), c, m, n), false);  // dP = dO V^T
+        const Mat kj = mat_of(g, k, b0, c, j0, nb, E);
+        gemm(qi, transposed(kj), block(g, pbuf.data(), c, m, nb), false);                              // S = Q K^T
+        gemm(gi, transposed(mat_of(g, v, b0, c, j0, nb, Ev)), block(g, dbuf.data(), c, m, nb), false);  // dP = dO V^T
         rows_loop(c * m, c * m * kBk * 8, [&](int64_t t) {
           const int64_t bl = t / m, ii = t % m, i = i0 + ii;
-          float* pr = pbuf.data() + (bl * kBq + ii) * kBk;
-          float* dr = dbuf.data() + (bl * kBq + ii) * kBk;
+          float* pr = pbuf.data() + (bl * bq + ii) * kBk;
+          float* dr = dbuf.data() + (bl * bq + ii) * kBk;
           const float l = lse[(b0 + bl) * L + i];
-          const int64_t nk = l == kNegInf ? 0 : first_masked(causal, i, j0, n);
+          const int64_t nk = l == kNegInf ? 0 : first_masked(causal, i, j0, nb);
           const float di = D[size_t((b0 + bl) * L + i)];
           probabilities(pr, scale, l == kNegInf ? 0.0f : l, nk);  // P = exp(s - lse)
           // through the dropout: dS = P * (dP * mult - D); P becomes the dropped weights for dV
           if (drop.on) {
             float mult[kBk];
-            drop.row(b0 + bl, i, j0, n, mult);
-            for (int64_t jj = 0; jj < n; ++jj) {
+            drop.row(b0 + bl, i, j0, nb, mult);
+            for (int64_t jj = 0; jj < nb; ++jj) {
               dr[jj] = scale * pr[jj] * (dr[jj] * mult[jj] - di);
               pr[jj] *= mult[jj];
             }
@@ -656,16 +673,16 @@ void bwd_impl(const Geom& g, const Operand& go, const Operand& q, const Operand&
           p16.round_row(pr, bl, ii);
           d16.round_row(dr, bl, ii);
         });
-        // dV += P^T dO, dQ += dS K (the scale folded into dS), dK += dS^T Q; each set by its first
-        // product (every query block sees key block 0)
-        gemm(p16.mat(g, pbuf.data(), c, m, n, true), gi, dvj, !fresh);
-        gemm(d16.mat(g, dbuf.data(), c, m, n), kj, mat_of(g, dq, b0, c, i0, m, E), j0 > 0);
-        gemm(d16.mat(g, dbuf.data(), c, m, n, true), qi, dkj, !fresh);
-        fresh = false;
+        // dV += P^T dO, dQ += dS K (the scale folded into dS), dK += dS^T Q; dQ set by key block 0
+        // (which every query block sees), dK and dV by this key block's first query block
+        gemm(p16.mat(g, pbuf.data(), c, m, nb, true), gi, mat_of(g, dv, b0, c, j0, nb, Ev), !fresh);
+        gemm(d16.mat(g, dbuf.data(), c, m, nb), kj, mat_of(g, dq, b0, c, i0, m, E), j0 > 0);
+        gemm(d16.mat(g, dbuf.data(), c, m, nb, true), qi, mat_of(g, dk, b0, c, j0, nb, E), !fresh);
+        if (fresh) seen = nb;
       }
-      if (fresh) {  // keys no query sees (causal, S > L): no gradient
-        zero(dkj);
-        zero(dvj);
+      if (seen < n) {  // keys no query sees (causal, S > L): no gradient
+        zero(mat_of(g, dk, b0, c, j0 + seen, n - seen, E));
+        zero(mat_of(g, dv, b0, c, j0 + seen, n - seen, Ev));
       }
     }
   }
@@ -673,19 +690,25 @@ void bwd_impl(const Geom& g, const Operand& go, const Operand& q, const Operand&
 
 Tensors sdpa_bwd_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>& meta) {
   const attr::ScaledDotProductAttentionBackward at = attr::ScaledDotProductAttentionBackward::of(a);
-  const Geom g = geom_of(in[1], in[3]);
   const DType dt = compute_dtype(in[0]);
-  // float32 accumulators, one gapless buffer each (zeroed only when there is nothing to
-  // propagate: bwd_impl writes them whole). dq, dk, dv of one shape are then copied (float32)
-  // or rounded (bf16) into the packed outputs: brgemm writes the separate buffers, where the
-  // packed layout's rows are 3 H E apart and oneDNN's plain gemm took dV's product instead
-  // (float32, [4, 128, 128] x [4, 128, 32]: 0.23 ms into the packed layout, 0.09 into its own
-  // buffer, measured with a build running beside).
+  const Geom g = geom_of(in[1], in[3], dt);
+  // float32 accumulators (zeroed only when there is nothing to propagate: bwd_impl writes them
+  // whole). In float32, dq, dk, dv of one shape accumulate in the packed outputs themselves
+  // ([B, L, 3, H, E]: interleaved_outputs); otherwise in one gapless buffer each, then rounded
+  // (bf16) or copied into the outputs' layout: in bf16, oneDNN's plain gemm took the products
+  // into the packed layout (rows 3 H E apart) at under half brgemm's rate.
   const bool none = g.N * g.L == 0 || g.S == 0;
+  const bool same = meta[0].shape == meta[1].shape && meta[1].shape == meta[2].shape;
+  const bool packed = same && dt == kFloat32;
   std::vector<Operand> d;
-  for (size_t k = 0; k < 3; ++k) d.push_back(interleaved_outputs(meta[k].shape, 1, none)[0]);
+  if (packed) {
+    d = interleaved_outputs(meta[0].shape, 3, none);
+  } else {
+    for (size_t k = 0; k < 3; ++k) d.push_back(interleaved_outputs(meta[k].shape, 1, none)[0]);
+  }
   auto result = [&] {
-    if (meta[0].shape == meta[1].shape && meta[1].shape == meta[2].shape) {
+    if (packed) return Tensors{d[0].t, d[1].t, d[2].t};
+    if (same) {
       const std::vector<Operand> r = outputs_of(d, meta[0].shape, dt);
       return Tensors{r[0].t, r[1].t, r[2].t};
     }
