@@ -341,12 +341,18 @@ inline float hsum16(F16 v) {
   return fold16(v, [](auto a, auto b) { return a + b; });
 }
 
-/// Row r (kBk wide) scaled, with -inf from column nk on; returns its max.
+/// The columns of a row the softmax loops compute: its nk unmasked ones, rounded up to whole
+/// 16-lane vectors (a causal block's row i sees i + 1 - j0 keys: about half the block).
+inline int64_t live_cols(int64_t nk) { return std::min<int64_t>(kBk, (nk + 15) & ~int64_t(15)); }
+
+/// Row r scaled over its live_cols(nk) columns, with -inf from column nk on; returns their max
+/// (the columns after them are left as they are: exp_sum zeroes them).
 AXLE_SIMD_CLONES float scale_mask_max(float* r, float scale, int64_t nk) {
   const I16 lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
   const I16 ninf = (I16)splat16(kNegInf);
   F16 m = splat16(kNegInf);
-  for (int64_t j = 0; j < kBk; j += 16) {
+  const int64_t live = live_cols(nk);
+  for (int64_t j = 0; j < live; j += 16) {
     const I16 keep = lane + int32_t(j) < int32_t(nk);  // all ones where column j + l < nk
     const F16 x = (F16)(((I16)(load16(r + j) * scale) & keep) | (ninf & ~keep));  // a select on the bits
     store16(r + j, x);
@@ -355,11 +361,14 @@ AXLE_SIMD_CLONES float scale_mask_max(float* r, float scale, int64_t nk) {
   return hmax16(m);
 }
 
-/// r[j] = exp(r[j] - mx) over the kBk columns (0 where r is -inf); returns their sum.
-AXLE_SIMD_CLONES float exp_sum(float* r, float mx) {
-  for (int64_t j = 0; j < kBk; ++j) r[j] = fexp(r[j] - mx);
+/// r[j] = exp(r[j] - mx) over the live_cols(nk) columns (0 where r is -inf), 0 after them;
+/// returns their sum.
+AXLE_SIMD_CLONES float exp_sum(float* r, float mx, int64_t nk) {
+  const int64_t live = live_cols(nk);
+  for (int64_t j = 0; j < live; ++j) r[j] = fexp(r[j] - mx);
+  std::fill(r + live, r + kBk, 0.0f);
   F16 s = {};
-  for (int64_t j = 0; j < kBk; j += 16) s += load16(r + j);
+  for (int64_t j = 0; j < live; j += 16) s += load16(r + j);
   return hsum16(s);
 }
 
@@ -581,26 +590,30 @@ void fwd_impl(const Geom& g, const Operand& q, const Operand& k, const Operand& 
         rows_loop(c * m, c * m * (kBk + Ev) * 8, [&](int64_t t) {
           const int64_t bl = t / m, ii = t % m, i = i0 + ii;
           float* sr = sbuf.data() + (bl * bq + ii) * kBk;
-          const float mb = scale_mask_max(sr, scale, first_masked(causal, i, j0, n));
-          float* orow = row_of(out, b0 + bl, i);
+          const int64_t nk = first_masked(causal, i, j0, n);
+          const float mb = scale_mask_max(sr, scale, nk);
           const float mnew = std::max(mx[size_t(t)], mb);
           if (mnew == kNegInf) {  // every key so far masked
             std::fill(sr, sr + kBk, 0.0f);
             p16.round_row(sr, bl, ii);
             return;
           }
-          const float alpha = fexp(mx[size_t(t)] - mnew);
-          const float rs = exp_sum(sr, mnew);
+          const float rs = exp_sum(sr, mnew, nk);
+          if (first) {  // nothing to rescale: the product after this loop sets the output
+            sum[size_t(t)] = rs;
+          } else {
+            const float alpha = fexp(mx[size_t(t)] - mnew);
+            sum[size_t(t)] = sum[size_t(t)] * alpha + rs;
+            float* orow = row_of(out, b0 + bl, i);
+            for (int64_t e = 0; e < Ev; ++e) orow[e] *= alpha;
+          }
           mx[size_t(t)] = mnew;
-          sum[size_t(t)] = sum[size_t(t)] * alpha + rs;
           if (drop.on) {
             float mult[kBk];
             drop.row(b0 + bl, i, j0, n, mult);
             for (int64_t jj = 0; jj < n; ++jj) sr[jj] *= mult[jj];
           }
           p16.round_row(sr, bl, ii);
-          if (!first)
-            for (int64_t e = 0; e < Ev; ++e) orow[e] *= alpha;
         });
         gemm(p16.mat(g, sbuf.data(), c, m, n), mat_of(g, v, b0, c, j0, n, Ev), om, !first);  // the first block sets out
       }
