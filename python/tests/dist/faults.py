@@ -13,13 +13,20 @@ from torch_xla._launch import launch
 from torch_xla.core import _xm_dist as xm
 
 
+def say(*parts):
+    """One line in one write: the ranks share the parent's stdout, and a print of several parts
+    (under PYTHONUNBUFFERED, one write per part) interleaved word by word with the other rank's."""
+    sys.stdout.write(" ".join(str(p) for p in parts) + "\n")
+    sys.stdout.flush()
+
+
 def killed(index, token):
     x = torch.ones(4, device="xla")
     if index == 1:
         time.sleep(1.0)
         os.kill(os.getpid(), signal.SIGKILL)
     # rank 0 waits in a collective for the rank that died
-    print("sum", xm.all_reduce(xm.REDUCE_SUM, x).cpu().tolist(), flush=True)
+    say("sum", xm.all_reduce(xm.REDUCE_SUM, x).cpu().tolist())
     time.sleep(120)
 
 
@@ -30,7 +37,7 @@ def raises(index, token):
 
 
 def sleeps(index, token):
-    print("ready", flush=True)
+    say("ready")
     time.sleep(120)
 
 
@@ -80,13 +87,13 @@ def xm_collectives(index, token):
     assert torch.equal(rl.cpu(), base * 2 + 10 + w * r)  # input r + r on each rank
     assert torch.equal(b.cpu(), base)
     assert torch.equal(v.cpu(), torch.stack([x[0], base[1] * 2 + 10]))
-    print("xm collectives ok", flush=True)
+    say("xm collectives ok")
 
 
 def works(index, token):
     x = torch.full((3,), float(index + 1), device="xla")
     s = xm.all_reduce(xm.REDUCE_SUM, x)
-    print("sum", s.cpu().tolist(), "world", xm.world_size(), "rank", xm.global_ordinal(), flush=True)
+    say("sum", s.cpu().tolist(), "world", xm.world_size(), "rank", xm.global_ordinal())
 
 
 if __name__ == "__main__":
