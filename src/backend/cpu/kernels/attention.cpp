@@ -8,13 +8,14 @@
 // (block_rows): 128 rows in bf16, where oneDNN's brgemm kernels (AMX) take a 128 x E x 128
 // product and 64-row blocks fell to its plain gemm at a third of the rate (measured: 80 vs
 // 226 GFLOP/s on an AMX part), which outweighs computing the masked half of a causal diagonal
-// block; 64 rows in float32, where brgemm keeps its rate on 64-row blocks and the causal
-// blocks skip a quarter of the work (the gpt's attention, [32, 4, 128, 32], one thread:
-// forward 5.7-6.0 ms against 9.7-10.3 with 128 rows; bf16 with 64 rows: 26.0-26.5 ms forward
-// and backward against 22.6-22.9). Scratch is one bq x kBk score block per batch entry (the
-// batch taken in chunks of at most kScratchFloats), never L x S. Causal runs skip the keys
-// above the diagonal: the forward's key blocks stop at the query block's last row, and the
-// backward's products take only the keys its query block sees. The backward (FlashAttention-2's) recomputes each block's
+// block; 64 rows in float32, whose products keep their rate on 64-row blocks while the
+// causal blocks skip a quarter of the work (the gpt's attention, [32, 4, 128, 32], forward and
+// backward, one thread, alternating: 18.5-20.1 ms against 20.7-25.5 with 128 rows; bf16 with
+// 64 rows: 26.0-26.5 against 22.6-22.9). Scratch is one bq x kBk score block per batch entry
+// (the batch taken in chunks of at most kScratchFloats), never L x S. Causal runs skip the
+// keys above the diagonal: the forward's key blocks stop at the query block's last row, and
+// the backward's products take only the keys its query block sees. The backward
+// (FlashAttention-2's) recomputes each block's
 // probabilities from q, k and the saved log-sum-exp: P = exp(s - lse), D = rowsum(dO * O),
 // dS = P * (dP - D); dV += P^T dO, dQ += dS K, dK += dS^T Q accumulate in the outputs.
 // Dropout: weight (b, i, j) of element index e = base[b] + i * S + j (base[b] = b * L * S on
@@ -481,8 +482,7 @@ int64_t chunk_of(const Geom& g, int64_t blocks) {
 /// chunk's half dozen products and loops cost no fork and join each (the gpt's attention,
 /// forward and backward at 2 threads, alternating: best of 5 runs 9.6 ms against 11.0 in
 /// float32, 9.6 against 11.0 in bf16); one chunk runs in turn, its products and loops taking
-/// the team.
-/// An exception in a chunk is rethrown here, after the team.
+/// the team. An exception in a chunk is rethrown here, after the team.
 template <class Make, class Body>
 void over_chunks(int64_t N, int64_t chunk, Make&& make, Body&& body) {
   const int64_t nc = (N + chunk - 1) / chunk;

@@ -109,13 +109,9 @@ AXLE_SIMD_CLONES void gelu_tanh_backward_fast(DType ct, char** p, const int64_t*
   }
 }
 
-/// GELU (tanh) and its gradient over contiguous bf16 runs, each value widened and rounded in
-/// registers: one pass, where the generic bf16 path (pointwise_bf16: widen into a float32
-/// buffer, the float32 loop, round back) took 1.5x float32's time on [2048, 768]. Returns
-/// whether it took the run.
 /// bfloat16's conversions written again inside this no-trapping-math region: GCC inlines no
 /// function compiled with other optimisation options (bfloat16's own), and a call per element
-/// keeps the loop scalar. Same rules: exact widening; rounding to nearest even, NaN kept.
+/// keeps a loop scalar. Same rules: exact widening; rounding to nearest even, NaN kept.
 inline float bf16_wide(bfloat16 x) { return __builtin_bit_cast(float, uint32_t(x.bits) << 16); }
 inline uint16_t bf16_round(float f) {
   const uint32_t u = __builtin_bit_cast(uint32_t, f);
@@ -123,15 +119,18 @@ inline uint16_t bf16_round(float f) {
   return uint16_t((u & 0x7fffffffu) > 0x7f800000u ? ((u >> 16) | 0x0040u) : r);
 }
 
+/// GELU (tanh) and its gradient over contiguous bf16 runs, each value widened and rounded in
+/// registers: one pass, where the generic bf16 path (pointwise_bf16: widen into a float32
+/// buffer, the float32 loop, round back) took 1.5x float32's time on [2048, 768]. Returns
+/// whether it took the run.
 AXLE_SIMD_CLONES bool gelu_tanh_bf16(OpKind k, char** p, const int64_t* s, int64_t n, const Attrs& a) {
-  auto wide = bf16_wide;
   bfloat16* __restrict o = reinterpret_cast<bfloat16*>(p[0]);
   const bfloat16* __restrict x = reinterpret_cast<const bfloat16*>(p[k == OpKind::Gelu ? 1 : 2]);
   if (k == OpKind::Gelu) {
     if (!attr::Gelu::of(a).tanh || s[0] != 2 || s[1] != 2) return false;
 #pragma omp simd
     for (int64_t i = 0; i < n; ++i) {
-      const float v = wide(x[i]);
+      const float v = bf16_wide(x[i]);
       o[i].bits = bf16_round(0.5f * v * (1.0f + tanh_vec(kSqrt2OverPi * (v + kGeluCubic * v * v * v))));
     }
     return true;
@@ -140,10 +139,10 @@ AXLE_SIMD_CLONES bool gelu_tanh_bf16(OpKind k, char** p, const int64_t* s, int64
   const bfloat16* __restrict g = reinterpret_cast<const bfloat16*>(p[1]);
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) {
-    const float v = wide(x[i]);
+    const float v = bf16_wide(x[i]);
     const float t = tanh_vec(kSqrt2OverPi * (v + kGeluCubic * v * v * v));
     const float du = kSqrt2OverPi * (1.0f + 3.0f * kGeluCubic * v * v);
-    o[i].bits = bf16_round(wide(g[i]) * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * du));
+    o[i].bits = bf16_round(bf16_wide(g[i]) * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * du));
   }
   return true;
 }

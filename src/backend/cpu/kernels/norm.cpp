@@ -15,6 +15,7 @@
 
 #include "backend/cpu/bf16.h"
 #include "backend/cpu/kernels/kernels.h"
+#include "backend/cpu/kernels/vexp.h"
 #include "backend/cpu/loops.h"
 #include "core/parallel.h"
 #include "ops/kernels.h"
@@ -64,6 +65,88 @@ RowGeom row_geom(const Shape& s, int64_t dims) {
   return g;
 }
 
+// The forward's operands for forward_row.
+struct FwdRows {
+  Rows xs, res, sum, ys;
+  const float *wp, *bp;
+  float *mp, *rp;
+  int64_t n;
+  double eps;
+  bool residual;
+};
+
+/// Row r of the forward: s = x (+ r), its mean and rstd, y. One function for the whole row so
+/// its loops, the bf16 widening and rounding included, take the AVX-512 copy where the
+/// processor has it (16 lanes; 8 in the baseline copy): the gpt's rows are 128 wide, and
+/// the per-row work outside the loops was most of the kernel's time.
+AXLE_SIMD_CLONES void forward_row(const FwdRows& c, int64_t r, float* buf) {
+  const int64_t n = c.n;
+  const float* xr = c.xs.load(r * n, n, buf);
+  if (c.residual) {
+    const float* rr = c.res.load(r * n, n, buf + n);
+    float* sr = c.sum.out(r * n, buf + 2 * n);
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) sr[i] = xr[i] + rr[i];
+    c.sum.store(r * n, n, sr);
+    xr = c.sum.bf16 ? c.sum.load(r * n, n, buf + 2 * n) : sr;
+  }
+  float* yr = c.ys.out(r * n, buf + n);
+  float s = 0.f;
+#pragma omp simd reduction(+ : s)
+  for (int64_t i = 0; i < n; ++i) s += xr[i];
+  const float m = float(double(s) / double(n));
+  float q = 0.f;
+#pragma omp simd reduction(+ : q)
+  for (int64_t i = 0; i < n; ++i) q += (xr[i] - m) * (xr[i] - m);
+  const float rs = float(1.0 / std::sqrt(double(q) / double(n) + c.eps));
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) yr[i] = (xr[i] - m) * rs * c.wp[i] + c.bp[i];
+  c.ys.store(r * n, n, yr);
+  c.mp[r] = m;
+  c.rp[r] = rs;
+}
+
+// The backward's operands for backward_row.
+struct BwdRows {
+  Rows gs, xs, dxs, res;
+  const float *wp, *mp, *rp;
+  int64_t n;
+  float inv_n;
+  bool residual;
+};
+
+/// Row r of the backward: dx, and the row's terms added to the block's weight and bias
+/// gradient partials pw, pb (AVX-512 copy as forward_row).
+AXLE_SIMD_CLONES void backward_row(const BwdRows& c, int64_t r, float* buf, float* pw, float* pb) {
+  const int64_t n = c.n;
+  const float* gr = c.gs.load(r * n, n, buf);
+  const float* xr = c.xs.load(r * n, n, buf + n);
+  float* dxr = c.dxs.out(r * n, buf + 2 * n);
+  const float* wp = c.wp;
+  const float m = c.mp[r], rs = c.rp[r];
+  float sg = 0.f, sgx = 0.f;  // sum(dy * w), sum(dy * w * xhat)
+#pragma omp simd reduction(+ : sg, sgx)
+  for (int64_t i = 0; i < n; ++i) {
+    const float gw = gr[i] * wp[i];
+    sg += gw;
+    sgx += gw * ((xr[i] - m) * rs);
+  }
+  const float ca = sg * c.inv_n, cb = sgx * c.inv_n;
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) {
+    const float xh = (xr[i] - m) * rs;
+    dxr[i] = rs * (gr[i] * wp[i] - ca - xh * cb);
+    pw[i] += gr[i] * xh;
+    pb[i] += gr[i];
+  }
+  if (c.residual) {
+    const float* rr = c.res.load(r * n, n, buf + 3 * n);
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) dxr[i] += rr[i];
+  }
+  c.dxs.store(r * n, n, dxr);
+}
+
 Tensors layer_norm_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>& mt) {
   const attr::LayerNorm at = attr::LayerNorm::of(a);
   const Tensor x = dense(in[0]), w = contiguous_as(in[1], kFloat32), b = contiguous_as(in[2], kFloat32);
@@ -80,39 +163,13 @@ Tensors layer_norm_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta
   Tensors outs = {y, mean, rstd};
   if (at.residual) outs.push_back(sum);
   if (g.rows == 0) return outs;
-  const Rows xs(x), res_rows(res), ss(sum), ys(y);
-  const float* wp = w.data<float>();
-  const float* bp = b.data<float>();
-  float* mp = mean.data<float>();
-  float* rp = rstd.data<float>();
-  const int64_t n = g.n;
-  const double eps = at.eps;
-#pragma omp parallel for schedule(static) if (use_team(g.rows * n))
-  for (int64_t r = 0; r < g.rows; ++r) {
-    float* buf = row_buffers(3, n);
-    const float* xr = xs.load(r * n, n, buf);
-    if (at.residual) {
-      const float* rr = res_rows.load(r * n, n, buf + n);
-      float* sr = ss.out(r * n, buf + 2 * n);
-#pragma omp simd
-      for (int64_t i = 0; i < n; ++i) sr[i] = xr[i] + rr[i];
-      ss.store(r * n, n, sr);
-      xr = ss.bf16 ? ss.load(r * n, n, buf + 2 * n) : sr;
-    }
-    float* yr = ys.out(r * n, buf + n);
-    float s = 0.f;
-#pragma omp simd reduction(+ : s)
-    for (int64_t i = 0; i < n; ++i) s += xr[i];
-    const float m = float(double(s) / double(n));
-    float q = 0.f;
-#pragma omp simd reduction(+ : q)
-    for (int64_t i = 0; i < n; ++i) q += (xr[i] - m) * (xr[i] - m);
-    const float rs = float(1.0 / std::sqrt(double(q) / double(n) + eps));
-#pragma omp simd
-    for (int64_t i = 0; i < n; ++i) yr[i] = (xr[i] - m) * rs * wp[i] + bp[i];
-    ys.store(r * n, n, yr);
-    mp[r] = m;
-    rp[r] = rs;
+  const FwdRows c{Rows(x), Rows(res), Rows(sum), Rows(y), w.data<float>(), b.data<float>(), mean.data<float>(),
+                  rstd.data<float>(), g.n, at.eps, at.residual};
+  const int64_t blocks = (g.rows + kRows - 1) / kRows;
+#pragma omp parallel for schedule(static) if (use_team(g.rows * g.n) && blocks > 1)
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    float* buf = row_buffers(3, g.n);
+    for (int64_t r = blk * kRows; r < std::min(g.rows, (blk + 1) * kRows); ++r) forward_row(c, r, buf);
   }
   return outs;
 }
@@ -138,49 +195,18 @@ Tensors layer_norm_backward_cpu(const Tensors& in, const Attrs& a, const std::ve
     std::fill(dbp, dbp + n, 0.f);
     return outputs();
   }
-  const Rows gs(dy), xs(x), dxs(dx);
-  const float* wp = w.data<float>();
-  const float* mp = mean.data<float>();
-  const float* rp = rstd.data<float>();
   // residual: the gradient from the residual stream, added to dx as it is written.
   const Tensor res = at.residual ? dense(in[5]) : Tensor();
-  const Rows res_rows(res);
+  const BwdRows c{Rows(dy), Rows(x), Rows(dx), Rows(res), w.data<float>(), mean.data<float>(), rstd.data<float>(), n,
+                  float(1.0 / double(n)), bool(at.residual)};
   const int64_t blocks = (g.rows + kRows - 1) / kRows;
   // Per block: its weight-gradient partials, then its bias-gradient partials.
   std::vector<float> part(size_t(blocks * 2 * n), 0.f);
-  const float inv_n = float(1.0 / double(n));
 #pragma omp parallel for schedule(static) if (use_team(g.rows * n) && blocks > 1)
   for (int64_t blk = 0; blk < blocks; ++blk) {
     float* pw = part.data() + blk * 2 * n;
-    float* pb = pw + n;
     float* buf = row_buffers(4, n);
-    for (int64_t r = blk * kRows; r < std::min(g.rows, (blk + 1) * kRows); ++r) {
-      const float* gr = gs.load(r * n, n, buf);
-      const float* xr = xs.load(r * n, n, buf + n);
-      float* dxr = dxs.out(r * n, buf + 2 * n);
-      const float m = mp[r], rs = rp[r];
-      float sg = 0.f, sgx = 0.f;  // sum(dy * w), sum(dy * w * xhat)
-#pragma omp simd reduction(+ : sg, sgx)
-      for (int64_t i = 0; i < n; ++i) {
-        const float gw = gr[i] * wp[i];
-        sg += gw;
-        sgx += gw * ((xr[i] - m) * rs);
-      }
-      const float ca = sg * inv_n, cb = sgx * inv_n;
-#pragma omp simd
-      for (int64_t i = 0; i < n; ++i) {
-        const float xh = (xr[i] - m) * rs;
-        dxr[i] = rs * (gr[i] * wp[i] - ca - xh * cb);
-        pw[i] += gr[i] * xh;
-        pb[i] += gr[i];
-      }
-      if (at.residual) {
-        const float* rr = res_rows.load(r * n, n, buf + 3 * n);
-#pragma omp simd
-        for (int64_t i = 0; i < n; ++i) dxr[i] += rr[i];
-      }
-      dxs.store(r * n, n, dxr);
-    }
+    for (int64_t r = blk * kRows; r < std::min(g.rows, (blk + 1) * kRows); ++r) backward_row(c, r, buf, pw, pw + n);
   }
   for (int64_t i = 0; i < n; ++i) {
     double sw = 0, sb = 0;
