@@ -14,6 +14,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -154,6 +155,24 @@ const char* reduce_name(ReduceOp op) {
 }
 
 // ---- Gloo ----
+/// Gloo's TCP pairs send with writev, which raises SIGPIPE when the peer's end is closed: a
+/// killed rank took a rank writing to it down too (status 141, seen in the ASan run of
+/// MultiHostSpmd.AHostKilledMidStepEndsEveryProcessNamingIt) instead of its collective failing
+/// with a message naming the dead rank. So SIGPIPE is set to ignored, once, where it still has
+/// its default action (a program's own handler is kept): the write fails with EPIPE and Gloo
+/// throws. (Python ignores SIGPIPE from startup, so PyTorch's Gloo users never meet this.)
+void ignore_sigpipe() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    struct sigaction old {};
+    if (::sigaction(SIGPIPE, nullptr, &old) != 0 || old.sa_handler != SIG_DFL) return;
+    struct sigaction ign {};
+    ign.sa_handler = SIG_IGN;
+    sigemptyset(&ign.sa_mask);
+    ::sigaction(SIGPIPE, &ign, nullptr);
+  });
+}
+
 class GlooGroup final : public ProcessGroup {
  public:
   /// `shm_name`: the ranks share this host (launch() children): all-reduce through a
@@ -161,6 +180,7 @@ class GlooGroup final : public ProcessGroup {
   GlooGroup(int64_t id, int rank, int size, gloo::rendezvous::Store& store, const std::string& host, double timeout_s,
             const std::string& shm_name = "")
       : id_(id), timeout_s_(timeout_s) {
+    ignore_sigpipe();
     gloo::transport::tcp::attr attr;
     attr.hostname = host;
     try {

@@ -11,6 +11,8 @@
 #include <netinet/in.h>
 #include <unistd.h>
 
+#include <cerrno>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -189,6 +191,16 @@ TEST(Dist, GlooTcpPathWhenSharedMemoryIsOff) {
     check_large_all_reduce(rank, 2, kFloat32, 300001, 1000);
     EXPECT_EQ(metrics::counter_value("CollectiveAllReduceShm"), 0);
     EXPECT_GT(metrics::counter_value("CollectiveAllReduce"), 0);
+    // A write whose reader is gone fails with EPIPE, the rank lives on (SIGPIPE ignored once a
+    // Gloo group exists): what a rank sending to a killed rank meets, so its collective can
+    // fail naming that rank instead of the rank dying of SIGPIPE.
+    int fds[2];
+    ASSERT_EQ(::pipe(fds), 0);
+    ::close(fds[0]);
+    errno = 0;
+    EXPECT_EQ(::write(fds[1], "x", 1), -1);
+    EXPECT_EQ(errno, EPIPE);
+    ::close(fds[1]);
   });
   ::unsetenv("AXLE_SHM");
 }
