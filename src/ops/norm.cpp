@@ -55,7 +55,7 @@ Tensors fwd_vjp(const VjpArgs& v) {
   AXLE_CHECK(!at.residual && !at.bf16_y, "[", kFwd,
              "] with a fused residual or bf16_y is made by the compiler after autograd: it has no gradient");
   if (!v.grad[0].defined()) return Tensors(v.in.size());
-  const int64_t dims = attr::LayerNorm::of(v.attrs).dims;
+  const int64_t dims = at.dims;
   return call(OpKind::LayerNormBackward, {v.grad[0], v.in[0], v.in[1], v.out[1], v.out[2]},
               attr::LayerNormBackward{.dims = dims}.pack());
 }

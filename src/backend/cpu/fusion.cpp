@@ -397,7 +397,7 @@ class EpilogueFusionPass final : public Pass {
         if (y.index != 0 || !is_op(p, y, OpKind::LayerNorm) || !only_reader(y)) continue;
         PNode& ln = p.nodes[size_t(y.node)];
         ops::attr::LayerNorm at = ops::attr::LayerNorm::of(ln.attrs);
-        if (at.bf16_y || ln.outs[0].dtype != kFloat32 || !(ln.outs[0].shape == n.outs[0].shape)) continue;
+        if (at.bf16_y || !is_f32(p, y, n.outs[0].shape)) continue;
         at.bf16_y = true;
         ln.attrs = at.pack();
         ln.outs[0].dtype = kBFloat16;
@@ -409,10 +409,7 @@ class EpilogueFusionPass final : public Pass {
         if (!is_op(p, g, OpKind::Cast) || !only_reader(g)) continue;
         PNode& c = p.nodes[size_t(g.node)];
         const Ref src = c.operands[0];
-        if (src.node < 0 || c.outs[0].dtype != kFloat32 || !(c.outs[0].shape == n.outs[0].shape) ||
-            p.nodes[size_t(src.node)].outs[size_t(src.index)].dtype != kBFloat16 ||
-            !(p.nodes[size_t(src.node)].outs[size_t(src.index)].shape == c.outs[0].shape))
-          continue;
+        if (!is_f32(p, g, n.outs[0].shape) || !is_bf16(p, src, n.outs[0].shape)) continue;
         n.operands[0] = src;
         c.dead = true;
         changed = true;

@@ -209,7 +209,7 @@ Mat mat_of(const Geom& g, const Operand& o, int64_t b0, int64_t c, int64_t r0, i
 /// Runs f(t) for t in [0, n): on an OpenMP team when the work is worth one.
 template <class F>
 void rows_loop(int64_t n, int64_t work, F&& f) {
-  if (n > 1 && !omp_in_parallel() && use_team(work)) {
+  if (n > 1 && use_team(work)) {
 #pragma omp parallel for schedule(static)
     for (int64_t t = 0; t < n; ++t) f(t);
   } else {
@@ -759,8 +759,9 @@ Tensors sdpa_bwd_cpu(const Tensors& in, const Attrs& a, const std::vector<Meta>&
   // float32 accumulators (zeroed only when there is nothing to propagate: bwd_impl writes them
   // whole). In float32, dq, dk, dv of one shape accumulate in the packed outputs themselves
   // ([B, L, 3, H, E]: interleaved_outputs); otherwise in one gapless buffer each, then rounded
-  // (bf16) or copied into the outputs' layout: in bf16, oneDNN's plain gemm took the products
-  // into the packed layout (rows 3 H E apart) at under half brgemm's rate.
+  // (bf16) or copied into the outputs' layout: in bf16, oneDNN takes a product into the packed
+  // layout (rows 3 H E apart) on its plain gemm (dV's [4, 128, 128] x [4, 128, 32], one
+  // thread: 0.023-0.027 ms, against 0.011 on AMX brgemm into its own buffer).
   const bool none = g.N * g.L == 0 || g.S == 0;
   const bool same = meta[0].shape == meta[1].shape && meta[1].shape == meta[2].shape;
   const bool packed = same && dt == kFloat32;
